@@ -1,0 +1,291 @@
+/*
+ * client: a connection is read line by line. One request is in flight at a
+ * time, so replies leave in the order requests came; while one is in flight
+ * the rest of the input waits in the bufferevent (bounded by a watermark).
+ */
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "client.h"
+#include "cmd.h"
+#include "config.h"
+#include "log.h"
+#include "stats.h"
+#include "xmalloc.h"
+
+struct client {
+	TAILQ_ENTRY(client) entry;
+	struct session s;
+	struct bufferevent *bev;
+	struct event *process_ev; /* runs client_process from the loop */
+	char peer[INET6_ADDRSTRLEN + 8];
+	bool busy;                /* a request is in flight */
+	bool closing;             /* flush the output, then free */
+	bool eof;                 /* the peer is done sending; finish, close */
+};
+
+static struct {
+	struct event_base *base;
+	const struct config *cf;
+	TAILQ_HEAD(, client) all;
+	unsigned count;
+	uint64_t next_id;
+	char *line;               /* one line being run; max_line + 2 bytes */
+	size_t line_size;
+} cl;
+
+static void client_free(struct client *c);
+
+static void
+client_peer_name(char *buf, size_t len, const struct sockaddr *sa)
+{
+	char addr[INET6_ADDRSTRLEN];
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const void *)sa;
+
+		inet_ntop(AF_INET, &sin->sin_addr, addr, sizeof addr);
+		snprintf(buf, len, "%s:%u", addr, ntohs(sin->sin_port));
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const void *)sa;
+
+		inet_ntop(AF_INET6, &sin6->sin6_addr, addr, sizeof addr);
+		snprintf(buf, len, "[%s]:%u", addr, ntohs(sin6->sin6_port));
+	} else
+		snprintf(buf, len, "unix");
+}
+
+/* Stop reading, let the output drain, then free (client_write_cb). */
+static void
+client_close(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	c->closing = true;
+	bufferevent_disable(c->bev, EV_READ);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		event_active(c->process_ev, EV_TIMEOUT, 1);
+}
+
+/*
+ * Take one line off the input. Returns its length (CR dropped), -1 when no
+ * whole line is there yet, -2 when the line is longer than max_line.
+ */
+static ssize_t
+client_read_line(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t max = (size_t)cl.cf->limits.max_line;
+	struct evbuffer_ptr eol;
+	size_t eol_len, len;
+
+	/* A CR before the LF is not part of the line, so allow one more. */
+	eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+	if (eol.pos < 0)
+		return evbuffer_get_length(in) > max + 1 ? -2 : -1;
+	if ((size_t)eol.pos > max + 1)
+		return -2;
+	len = (size_t)eol.pos;
+	evbuffer_remove(in, cl.line, len);
+	evbuffer_drain(in, eol_len);
+	if (len > 0 && cl.line[len - 1] == '\r')
+		len--;
+	if (len > max)
+		return -2;
+	cl.line[len] = '\0';
+	return (ssize_t)len;
+}
+
+/* Run whole lines until one goes async, the input runs dry, or we close. */
+static void
+client_process(struct client *c)
+{
+	ssize_t len;
+
+	while (!c->busy && !c->closing) {
+		if ((len = client_read_line(c)) == -1) {
+			/* Half-closed (printf ... | nc): answer all, then go. */
+			if (c->eof)
+				client_close(c);
+			break;
+		}
+		if (len == -2) {
+			log_info("client %" PRIu64 " [%s]: line too long",
+			    c->s.id, c->peer);
+			cmd_error(&c->s, PERR_PROTO, "line too long");
+			client_close(c);
+			break;
+		}
+		switch (cmd_execute(&c->s, cl.line, (size_t)len)) {
+		case CMD_DONE:
+			break;
+		case CMD_ASYNC:
+			c->busy = true;
+			break;
+		case CMD_CLOSE:
+			client_close(c);
+			break;
+		}
+	}
+}
+
+static void
+client_read_cb(struct bufferevent *bev, void *arg)
+{
+	client_process(arg);
+}
+
+/* Output drained: a closing client can go now. */
+static void
+client_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+
+	if (c->closing)
+		client_free(c);
+}
+
+/*
+ * End of input still gets the requests already read answered; an error
+ * means nobody can read the answers, so the client goes at once.
+ */
+static void
+client_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct client *c = arg;
+
+	if (what & BEV_EVENT_ERROR) {
+		log_debug("client %" PRIu64 " [%s]: %s", c->s.id, c->peer,
+		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		client_free(c);
+		return;
+	}
+	log_debug("client %" PRIu64 " [%s]: end of input", c->s.id, c->peer);
+	c->eof = true;
+	if (!c->closing)
+		client_process(c);
+}
+
+/* Deferred work: go on after an async reply, or free a closed client. */
+static void
+client_process_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *c = arg;
+
+	if (!c->closing)
+		client_process(c);
+	if (c->closing &&
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		client_free(c);
+}
+
+/* The lock engine answered: the next line may run, from the loop. */
+static void
+client_resume(struct session *s)
+{
+	struct client *c = s->ctx;
+
+	c->busy = false;
+	event_active(c->process_ev, EV_TIMEOUT, 1);
+}
+
+/* Refused before any state is made: one line, then close. */
+static void
+client_refuse(evutil_socket_t fd)
+{
+	static const char msg[] = "ERR LIMIT too many clients\n";
+
+	STAT_INC(connections_rejected);
+	(void)send(fd, msg, sizeof msg - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	evutil_closesocket(fd);
+}
+
+void
+client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
+{
+	struct client *c;
+	int one = 1;
+	size_t hiwat;
+
+	if (cl.count >= (unsigned)cl.cf->limits.max_clients) {
+		client_refuse(fd);
+		return;
+	}
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	evutil_make_socket_nonblocking(fd);
+	c = xcalloc(1, sizeof *c);
+	c->bev = bufferevent_socket_new(cl.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->process_ev = event_new(cl.base, -1, 0, client_process_cb, c);
+	if (c->bev == NULL || c->process_ev == NULL)
+		fatalx("client: cannot make a bufferevent");
+	client_peer_name(c->peer, sizeof c->peer, sa);
+	cmd_session_init(&c->s, ++cl.next_id, bufferevent_get_output(c->bev),
+	    client_resume, c);
+	/* Lines queued behind a request in flight are bounded here. */
+	hiwat = (size_t)(cl.cf->limits.max_pending + 1) * cl.line_size;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, hiwat);
+	bufferevent_setcb(c->bev, client_read_cb, client_write_cb,
+	    client_event_cb, c);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	TAILQ_INSERT_TAIL(&cl.all, c, entry);
+	cl.count++;
+	STAT_INC(connections_total);
+	STAT_SET(clients, cl.count);
+	log_debug("client %" PRIu64 " [%s]: connected", c->s.id, c->peer);
+}
+
+static void
+client_free(struct client *c)
+{
+	TAILQ_REMOVE(&cl.all, c, entry);
+	cl.count--;
+	STAT_SET(clients, cl.count);
+	cmd_session_end(&c->s);
+	bufferevent_free(c->bev);
+	event_free(c->process_ev);
+	free(c);
+}
+
+void
+client_close_all(void)
+{
+	struct client *c;
+
+	while ((c = TAILQ_FIRST(&cl.all)) != NULL)
+		client_free(c);
+}
+
+void
+client_init(struct event_base *base, const struct config *cf)
+{
+	cl.base = base;
+	cl.cf = cf;
+	TAILQ_INIT(&cl.all);
+	cl.line_size = (size_t)cf->limits.max_line + 2;
+	cl.line = xmalloc(cl.line_size);
+}
+
+void
+client_shutdown(void)
+{
+	client_close_all();
+	free(cl.line);
+	cl.line = NULL;
+}

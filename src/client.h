@@ -1,0 +1,23 @@
+/*
+ * client: one connection — its bufferevent, bounded line framing, replies in
+ * request order (one request in flight at a time), and a late free so that
+ * nothing in the middle of a callback ever sees it vanish.
+ */
+#ifndef LB_CLIENT_H
+#define LB_CLIENT_H
+
+#include <sys/socket.h>
+
+#include <event2/util.h>
+
+struct event_base;
+struct config;
+
+void client_init(struct event_base *base, const struct config *cf);
+/* A new connection from the listener; the client module owns fd now. */
+void client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen);
+/* Close every connection (their locks are released). */
+void client_close_all(void);
+void client_shutdown(void);
+
+#endif

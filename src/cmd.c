@@ -1,0 +1,467 @@
+/*
+ * cmd: the command table and its handlers. Lookup, arity and auth are checked
+ * in cmd_execute only; a handler parses its own options, asks the lock engine
+ * and names the function that formats the answer, which runs at once or when
+ * Redis replies.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "lb_build.h"
+#include "cmd.h"
+#include "config.h"
+#include "log.h"
+#include "proto.h"
+#include "stats.h"
+#include "xmalloc.h"
+
+static enum cmd_result cmd_acquire(struct session *, int, char **);
+static enum cmd_result cmd_auth(struct session *, int, char **);
+static enum cmd_result cmd_extend(struct session *, int, char **);
+static enum cmd_result cmd_help(struct session *, int, char **);
+static enum cmd_result cmd_info(struct session *, int, char **);
+static enum cmd_result cmd_locks(struct session *, int, char **);
+static enum cmd_result cmd_ping(struct session *, int, char **);
+static enum cmd_result cmd_quit(struct session *, int, char **);
+static enum cmd_result cmd_release(struct session *, int, char **);
+static enum cmd_result cmd_status(struct session *, int, char **);
+static enum cmd_result cmd_validate(struct session *, int, char **);
+
+/* Arity counts the arguments after the verb. HELP prints the usage column. */
+static const struct cmd_entry cmd_table[] = {
+	{ "PING", 0, 0, CMD_NOAUTH, cmd_ping, "PING" },
+	{ "AUTH", 1, 1, CMD_NOAUTH, cmd_auth, "AUTH <secret>" },
+	{ "ACQUIRE", 1, 8, 0, cmd_acquire,
+	    "ACQUIRE <name> [TTL <ms>] [WAIT <ms>] [KEEP] [TOKEN <t>]" },
+	{ "RELEASE", 1, 3, 0, cmd_release, "RELEASE <name> [TOKEN <t>]" },
+	{ "EXTEND", 2, 4, 0, cmd_extend, "EXTEND <name> <ttl_ms> [TOKEN <t>]" },
+	{ "STATUS", 1, 1, 0, cmd_status, "STATUS <name>" },
+	{ "VALIDATE", 2, 2, 0, cmd_validate, "VALIDATE <name> <fence>" },
+	{ "LOCKS", 0, 0, 0, cmd_locks, "LOCKS" },
+	{ "INFO", 0, 0, 0, cmd_info, "INFO" },
+	{ "HELP", 0, 0, CMD_NOAUTH, cmd_help, "HELP" },
+	{ "QUIT", 0, 0, CMD_NOAUTH, cmd_quit, "QUIT" },
+};
+#define CMD_COUNT (sizeof cmd_table / sizeof cmd_table[0])
+
+static struct {
+	const struct config *cf;
+	char *secret; /* "" when AUTH is not required; wiped at shutdown */
+	time_t started;
+} cmds;
+
+static const struct lock_owner_ops cmd_owner_ops;
+
+const struct cmd_entry *
+cmd_lookup(const char *verb)
+{
+	for (size_t i = 0; i < CMD_COUNT; i++)
+		if (proto_keyword(verb, cmd_table[i].name))
+			return &cmd_table[i];
+	return NULL;
+}
+
+void
+cmd_error(struct session *s, enum proto_err err, const char *fmt, ...)
+{
+	va_list ap;
+
+	STAT_INC(errors_total);
+	evbuffer_add_printf(s->out, "ERR %s ", proto_err_name(err));
+	va_start(ap, fmt);
+	evbuffer_add_vprintf(s->out, fmt, ap);
+	va_end(ap);
+	evbuffer_add(s->out, "\n", 1);
+}
+
+enum cmd_result
+cmd_execute(struct session *s, char *line, size_t len)
+{
+	const struct cmd_entry *ce;
+	char *argv[PROTO_MAX_ARGS];
+	int argc;
+
+	argc = proto_split(line, len, argv, PROTO_MAX_ARGS);
+	if (argc == 0)
+		return CMD_DONE;
+	STAT_INC(commands_total);
+	if (argc == PROTO_SPLIT_BADBYTE) {
+		cmd_error(s, PERR_PROTO, "control byte in request");
+		return CMD_DONE;
+	}
+	if (argc == PROTO_SPLIT_TOOMANY) {
+		cmd_error(s, PERR_ARGS, "more than %d words", PROTO_MAX_ARGS);
+		return CMD_DONE;
+	}
+	if ((ce = cmd_lookup(argv[0])) == NULL) {
+		cmd_error(s, PERR_UNKNOWN, "unknown command, try HELP");
+		return CMD_DONE;
+	}
+	if (!s->authed && !(ce->flags & CMD_NOAUTH)) {
+		cmd_error(s, PERR_NOAUTH, "AUTH first");
+		return CMD_DONE;
+	}
+	if (argc - 1 < ce->min_args || argc - 1 > ce->max_args) {
+		cmd_error(s, PERR_ARGS, "usage: %s", ce->usage);
+		return CMD_DONE;
+	}
+	return ce->fn(s, argc, argv);
+}
+
+/* Answer now if the engine answered now, else when its done callback runs. */
+static enum cmd_result
+cmd_dispatch(struct session *s, int rc, const struct lock_result *res,
+    void (*reply)(struct session *, const struct lock_result *))
+{
+	if (rc == 0) {
+		s->reply = reply;
+		return CMD_ASYNC;
+	}
+	reply(s, res);
+	return CMD_DONE;
+}
+
+/* Shared by every reply function: ERR results look the same everywhere. */
+static bool
+cmd_reply_err(struct session *s, const struct lock_result *res)
+{
+	if (res->status != LOCK_ERR)
+		return false;
+	cmd_error(s, res->err, "%s", res->errtext);
+	return true;
+}
+
+static int
+cmd_parse_ms(struct session *s, const char *what, const char *arg,
+    uint64_t *out)
+{
+	if (proto_parse_u64(arg, INT64_MAX, out) == 0)
+		return 0;
+	cmd_error(s, PERR_ARGS, "%s wants milliseconds, a plain decimal", what);
+	return -1;
+}
+
+/* "TOKEN <t>" at argv[i], the only option RELEASE and EXTEND take. */
+static int
+cmd_parse_token(struct session *s, int argc, char **argv, int i,
+    const char **token)
+{
+	*token = NULL;
+	if (i == argc)
+		return 0;
+	if (i + 2 != argc || !proto_keyword(argv[i], "TOKEN")) {
+		cmd_error(s, PERR_ARGS, "expected TOKEN <t>");
+		return -1;
+	}
+	*token = argv[i + 1];
+	return 0;
+}
+
+static void
+cmd_acquire_reply(struct session *s, const struct lock_result *res)
+{
+	if (cmd_reply_err(s, res))
+		return;
+	if (res->status == LOCK_TIMEOUT) {
+		evbuffer_add(s->out, "TIMEOUT\n", 8);
+		return;
+	}
+	evbuffer_add_printf(s->out, "OK %" PRIu64 " %" PRIu64 " %s\n",
+	    res->fence, res->ttl_ms, res->token);
+}
+
+/* Options may come in any order, each at most once. */
+static int
+cmd_acquire_opts(struct session *s, int argc, char **argv,
+    struct lock_acquire_args *a)
+{
+	uint64_t wait = 0;
+	bool seen_ttl = false, seen_wait = false;
+
+	for (int i = 2; i < argc; i++) {
+		const char *kw = argv[i];
+		bool has_value = i + 1 < argc;
+
+		if (proto_keyword(kw, "KEEP") && !a->keep) {
+			a->keep = true;
+		} else if (proto_keyword(kw, "TTL") && has_value && !seen_ttl) {
+			seen_ttl = true;
+			if (cmd_parse_ms(s, "TTL", argv[++i], &a->ttl_ms) != 0)
+				return -1;
+			if (a->ttl_ms == 0) {
+				cmd_error(s, PERR_ARGS, "TTL must be positive");
+				return -1;
+			}
+		} else if (proto_keyword(kw, "WAIT") && has_value && !seen_wait) {
+			seen_wait = true;
+			if (cmd_parse_ms(s, "WAIT", argv[++i], &wait) != 0)
+				return -1;
+		} else if (proto_keyword(kw, "TOKEN") && has_value &&
+		    a->token == NULL) {
+			a->token = argv[++i];
+		} else {
+			cmd_error(s, PERR_ARGS, "bad or repeated option '%s'", kw);
+			return -1;
+		}
+	}
+	/* Waiting comes with the lock queues; until then every ACQUIRE is
+	 * WAIT 0, which is also what a waiting request reduces to. */
+	a->wait_ms = 0;
+	return 0;
+}
+
+static enum cmd_result
+cmd_acquire(struct session *s, int argc, char **argv)
+{
+	struct lock_acquire_args a = { 0 };
+	struct lock_result res;
+	int rc;
+
+	if (cmd_acquire_opts(s, argc, argv, &a) != 0)
+		return CMD_DONE;
+	rc = lock_acquire(&s->owner, argv[1], &a, &res);
+	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
+}
+
+static void
+cmd_ok_reply(struct session *s, const struct lock_result *res)
+{
+	if (!cmd_reply_err(s, res))
+		evbuffer_add(s->out, "OK\n", 3);
+}
+
+static enum cmd_result
+cmd_release(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	const char *token;
+	int rc;
+
+	if (cmd_parse_token(s, argc, argv, 2, &token) != 0)
+		return CMD_DONE;
+	rc = lock_release(&s->owner, argv[1], token, &res);
+	return cmd_dispatch(s, rc, &res, cmd_ok_reply);
+}
+
+static void
+cmd_extend_reply(struct session *s, const struct lock_result *res)
+{
+	if (!cmd_reply_err(s, res))
+		evbuffer_add_printf(s->out, "OK %" PRIu64 "\n", res->ttl_ms);
+}
+
+static enum cmd_result
+cmd_extend(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	const char *token;
+	uint64_t ttl;
+	int rc;
+
+	if (cmd_parse_ms(s, "EXTEND", argv[2], &ttl) != 0 ||
+	    cmd_parse_token(s, argc, argv, 3, &token) != 0)
+		return CMD_DONE;
+	rc = lock_extend(&s->owner, argv[1], ttl, token, &res);
+	return cmd_dispatch(s, rc, &res, cmd_extend_reply);
+}
+
+static void
+cmd_status_reply(struct session *s, const struct lock_result *res)
+{
+	if (cmd_reply_err(s, res))
+		return;
+	if (res->status == LOCK_FREE)
+		evbuffer_add(s->out, "OK FREE\n", 8);
+	else
+		evbuffer_add_printf(s->out, "OK HELD %" PRIu64 " %" PRIu64 "\n",
+		    res->ttl_ms, res->fence);
+}
+
+static enum cmd_result
+cmd_status(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	int rc;
+
+	rc = lock_status(&s->owner, argv[1], &res);
+	return cmd_dispatch(s, rc, &res, cmd_status_reply);
+}
+
+static void
+cmd_validate_reply(struct session *s, const struct lock_result *res)
+{
+	if (!cmd_reply_err(s, res))
+		evbuffer_add_printf(s->out, "OK %s\n",
+		    res->valid ? "VALID" : "STALE");
+}
+
+static enum cmd_result
+cmd_validate(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	uint64_t fence;
+	int rc;
+
+	if (proto_parse_u64(argv[2], UINT64_MAX, &fence) != 0) {
+		cmd_error(s, PERR_ARGS, "a fence is a plain decimal");
+		return CMD_DONE;
+	}
+	rc = lock_validate(&s->owner, argv[1], fence, &res);
+	return cmd_dispatch(s, rc, &res, cmd_validate_reply);
+}
+
+static enum cmd_result
+cmd_locks(struct session *s, int argc, char **argv)
+{
+	const struct lock_hold *h;
+	uint64_t now = mono_ms();
+
+	TAILQ_FOREACH(h, &s->owner.holds, owner_entry)
+		evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s\n",
+		    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
+		    lock_kind_name(h->kind));
+	evbuffer_add(s->out, "END\n", 4);
+	return CMD_DONE;
+}
+
+static enum cmd_result
+cmd_info(struct session *s, int argc, char **argv)
+{
+	evbuffer_add_printf(s->out, "STAT version %s\n", LB_VERSION);
+	evbuffer_add_printf(s->out, "STAT pid %ld\n", (long)getpid());
+	evbuffer_add_printf(s->out, "STAT uptime_s %lld\n",
+	    (long long)(time(NULL) - cmds.started));
+	for (int i = 0; i < STAT__COUNT; i++)
+		evbuffer_add_printf(s->out, "STAT %s %" PRId64 "\n",
+		    stats_name((enum stats_id)i), stats[i]);
+	evbuffer_add(s->out, "END\n", 4);
+	return CMD_DONE;
+}
+
+static enum cmd_result
+cmd_help(struct session *s, int argc, char **argv)
+{
+	for (size_t i = 0; i < CMD_COUNT; i++)
+		evbuffer_add_printf(s->out, "%s\n", cmd_table[i].usage);
+	evbuffer_add(s->out, "END\n", 4);
+	return CMD_DONE;
+}
+
+static enum cmd_result
+cmd_ping(struct session *s, int argc, char **argv)
+{
+	evbuffer_add(s->out, "PONG\n", 5);
+	return CMD_DONE;
+}
+
+static enum cmd_result
+cmd_quit(struct session *s, int argc, char **argv)
+{
+	evbuffer_add(s->out, "OK\n", 3);
+	return CMD_CLOSE;
+}
+
+/* A wrong secret closes the connection: no guessing on one socket. */
+static enum cmd_result
+cmd_auth(struct session *s, int argc, char **argv)
+{
+	if (cmds.secret[0] == '\0' || util_secret_equal(argv[1], cmds.secret)) {
+		s->authed = true;
+		evbuffer_add(s->out, "OK\n", 3);
+		return CMD_DONE;
+	}
+	log_info("client %" PRIu64 ": AUTH failed", s->id);
+	cmd_error(s, PERR_AUTH, "wrong secret");
+	return CMD_CLOSE;
+}
+
+static void
+cmd_owner_done(struct lock_owner *o, const struct lock_result *res)
+{
+	struct session *s = (struct session *)((char *)o -
+	    offsetof(struct session, owner));
+	void (*reply)(struct session *, const struct lock_result *) = s->reply;
+
+	s->reply = NULL;
+	reply(s, res);
+	s->resume(s);
+}
+
+static void
+cmd_owner_lost(struct lock_owner *o, const char *name, uint64_t fence,
+    const char *reason)
+{
+	struct session *s = (struct session *)((char *)o -
+	    offsetof(struct session, owner));
+
+	evbuffer_add_printf(s->out, "EVENT LOST %s %" PRIu64 " %s\n", name,
+	    fence, reason);
+}
+
+static const struct lock_owner_ops cmd_owner_ops = {
+	.done = cmd_owner_done,
+	.lost = cmd_owner_lost,
+};
+
+void
+cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
+    session_resume_fn *resume, void *ctx)
+{
+	memset(s, 0, sizeof *s);
+	s->id = id;
+	s->out = out;
+	s->resume = resume;
+	s->ctx = ctx;
+	s->authed = cmds.secret[0] == '\0';
+	lock_owner_init(&s->owner, id, &cmd_owner_ops);
+}
+
+void
+cmd_session_end(struct session *s)
+{
+	lock_owner_gone(&s->owner);
+}
+
+/* The secret file's first line, without its newline; NULL on error. */
+static char *
+cmd_read_secret(const char *path)
+{
+	char buf[1024];
+	FILE *f;
+
+	if ((f = fopen(path, "r")) == NULL)
+		fatal("auth.secret_file %s", path);
+	if (fgets(buf, sizeof buf, f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (buf[0] == '\0')
+		fatalx("auth.secret_file %s: empty", path);
+	return xstrdup(buf);
+}
+
+void
+cmd_init(const struct config *cf)
+{
+	cmds.cf = cf;
+	cmds.started = time(NULL);
+	if (cf->auth.secret_file[0] != '\0')
+		cmds.secret = cmd_read_secret(cf->auth.secret_file);
+	else
+		cmds.secret = xstrdup(cf->auth.secret);
+}
+
+void
+cmd_shutdown(void)
+{
+	freezero_str(cmds.secret);
+	cmds.secret = NULL;
+}

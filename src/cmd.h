@@ -1,0 +1,64 @@
+/*
+ * cmd: one command table for protocol v1. A line is split, looked up, its
+ * arity and auth checked in one place, and its handler runs. Replies go to
+ * the session's output buffer; the client module owns the socket.
+ */
+#ifndef LB_CMD_H
+#define LB_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+
+struct evbuffer;
+struct config;
+struct session;
+
+enum cmd_result {
+	CMD_DONE,  /* answered; go on with the next line */
+	CMD_ASYNC, /* in flight; session->resume is called when answered */
+	CMD_CLOSE, /* answered; flush and close the connection */
+};
+
+typedef void session_resume_fn(struct session *);
+
+/* A connection as the command layer sees it. */
+struct session {
+	uint64_t id;
+	struct evbuffer *out;       /* replies are appended here */
+	struct lock_owner owner;
+	bool authed;
+	session_resume_fn *resume;  /* the request in flight was answered */
+	void *ctx;                  /* the client module's */
+	void (*reply)(struct session *, const struct lock_result *);
+};
+
+#define CMD_NOAUTH 0x1 /* may run before AUTH */
+
+struct cmd_entry {
+	const char *name;
+	int min_args;
+	int max_args;
+	int flags;
+	enum cmd_result (*fn)(struct session *, int, char **);
+	const char *usage;
+};
+
+void cmd_init(const struct config *cf);
+void cmd_shutdown(void);
+const struct cmd_entry *cmd_lookup(const char *verb);
+
+void cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
+    session_resume_fn *resume, void *ctx);
+void cmd_session_end(struct session *s);
+
+/* Run one line (without its LF; line[len] must be writable). */
+enum cmd_result cmd_execute(struct session *s, char *line, size_t len);
+
+/* Append "ERR <CODE> <text>" to the session's output. */
+void cmd_error(struct session *s, enum proto_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

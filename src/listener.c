@@ -1,0 +1,192 @@
+/*
+ * listener: TCP and Unix stream sockets, handed to the client module on
+ * accept. When accept fails for want of descriptors (EMFILE, ENFILE) the
+ * listener pauses briefly instead of spinning on a socket it cannot serve.
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "client.h"
+#include "config.h"
+#include "listener.h"
+#include "log.h"
+
+#define LISTENER_MAX 2
+#define LISTENER_BACKOFF_MS 100
+
+static struct {
+	struct event_base *base;
+	const struct config *cf;
+	struct evconnlistener *l[LISTENER_MAX];
+	int n;
+	struct event *resume_ev;
+	char *unix_path;          /* removed again at close */
+} ls;
+
+static void
+listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
+    struct sockaddr *sa, int salen, void *arg)
+{
+	client_accept(fd, sa, salen);
+}
+
+static void
+listener_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	for (int i = 0; i < ls.n; i++)
+		evconnlistener_enable(ls.l[i]);
+}
+
+/* Out of descriptors: stop accepting for a moment rather than spin. */
+static void
+listener_error_cb(struct evconnlistener *l, void *arg)
+{
+	struct timeval tv = { 0, LISTENER_BACKOFF_MS * 1000 };
+	int err = EVUTIL_SOCKET_ERROR();
+
+	log_warnx("accept: %s; pausing %d ms", evutil_socket_error_to_string(err),
+	    LISTENER_BACKOFF_MS);
+	for (int i = 0; i < ls.n; i++)
+		evconnlistener_disable(ls.l[i]);
+	evtimer_add(ls.resume_ev, &tv);
+}
+
+static void
+listener_add(struct evconnlistener *l)
+{
+	evconnlistener_set_error_cb(l, listener_error_cb);
+	ls.l[ls.n++] = l;
+}
+
+static int
+listener_tcp(void)
+{
+	const struct config_listen *cf = &ls.cf->listen;
+	struct addrinfo hints, *res;
+	struct evconnlistener *l;
+	char port[8];
+	int rc;
+
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	snprintf(port, sizeof port, "%d", cf->port);
+	if ((rc = getaddrinfo(cf->address, port, &hints, &res)) != 0) {
+		log_warnx("listen.address %s: %s", cf->address, gai_strerror(rc));
+		return -1;
+	}
+	l = evconnlistener_new_bind(ls.base, listener_accept_cb, NULL,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+	    511, res->ai_addr, (int)res->ai_addrlen);
+	freeaddrinfo(res);
+	if (l == NULL) {
+		log_warn("listen on %s port %d", cf->address, cf->port);
+		return -1;
+	}
+	listener_add(l);
+	log_info("listening on %s port %d", cf->address, cf->port);
+	return 0;
+}
+
+/* A stale socket from a previous run is removed; any other file is not. */
+static int
+listener_unlink_stale(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) != 0)
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISSOCK(st.st_mode)) {
+		errno = EEXIST;
+		return -1;
+	}
+	return unlink(path);
+}
+
+static int
+listener_unix(void)
+{
+	const struct config_listen *cf = &ls.cf->listen;
+	struct sockaddr_un sun;
+	struct evconnlistener *l;
+	int fd;
+
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	if (strlen(cf->unix_path) >= sizeof sun.sun_path) {
+		log_warnx("listen.unix %s: path too long", cf->unix_path);
+		return -1;
+	}
+	strcpy(sun.sun_path, cf->unix_path);
+	if (listener_unlink_stale(cf->unix_path) != 0) {
+		log_warn("listen.unix %s", cf->unix_path);
+		return -1;
+	}
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+		 0)) == -1 ||
+	    bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 ||
+	    chmod(cf->unix_path, (mode_t)cf->unix_mode) != 0 ||
+	    listen(fd, 511) != 0) {
+		log_warn("listen.unix %s", cf->unix_path);
+		if (fd != -1)
+			close(fd);
+		return -1;
+	}
+	l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
+	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (l == NULL) {
+		close(fd);
+		return -1;
+	}
+	listener_add(l);
+	ls.unix_path = strdup(cf->unix_path);
+	log_info("listening on %s", cf->unix_path);
+	return 0;
+}
+
+int
+listener_init(struct event_base *base, const struct config *cf)
+{
+	ls.base = base;
+	ls.cf = cf;
+	ls.resume_ev = evtimer_new(base, listener_resume_cb, NULL);
+	if (cf->listen.address[0] != '\0' && listener_tcp() != 0)
+		return -1;
+	if (cf->listen.unix_path[0] != '\0' && listener_unix() != 0)
+		return -1;
+	if (ls.n == 0) {
+		log_warnx("nothing to listen on: set listen.address or "
+			  "listen.unix");
+		return -1;
+	}
+	return 0;
+}
+
+void
+listener_close(void)
+{
+	for (int i = 0; i < ls.n; i++)
+		evconnlistener_free(ls.l[i]);
+	ls.n = 0;
+	if (ls.unix_path != NULL) {
+		unlink(ls.unix_path);
+		free(ls.unix_path);
+		ls.unix_path = NULL;
+	}
+	if (ls.resume_ev != NULL) {
+		event_free(ls.resume_ev);
+		ls.resume_ev = NULL;
+	}
+}

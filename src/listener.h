@@ -1,0 +1,13 @@
+/* listener: the TCP and Unix sockets clients connect to. */
+#ifndef LB_LISTENER_H
+#define LB_LISTENER_H
+
+struct event_base;
+struct config;
+
+/* Bind every configured socket; on failure logs why and returns -1. */
+int listener_init(struct event_base *base, const struct config *cf);
+/* Stop accepting (graceful stop) and free the listeners. */
+void listener_close(void);
+
+#endif

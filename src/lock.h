@@ -1,0 +1,105 @@
+/*
+ * lock: the lock engine. It keeps what this broker's clients hold, runs the
+ * Lua scripts through redisc, and tells owners what happened through the
+ * callbacks in struct lock_owner_ops. It never touches sockets, so the unit
+ * tests can drive it.
+ */
+#ifndef LB_LOCK_H
+#define LB_LOCK_H
+
+#include <sys/queue.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto.h"
+#include "util.h"
+
+struct event_base;
+struct config;
+
+enum lock_kind { LOCK_SESSION, LOCK_FIXED, LOCK_KEEP };
+
+/* What a request came to. LOCK_ERR carries a proto_err. */
+enum lock_status { LOCK_OK, LOCK_TIMEOUT, LOCK_FREE, LOCK_HELD, LOCK_ERR };
+
+struct lock_result {
+	enum lock_status status;
+	enum proto_err err;     /* LOCK_ERR */
+	const char *errtext;    /* LOCK_ERR */
+	uint64_t fence;         /* ACQUIRE granted, STATUS held, VALIDATE */
+	uint64_t ttl_ms;        /* ACQUIRE granted, EXTEND, STATUS held */
+	const char *token;      /* ACQUIRE granted */
+	bool valid;             /* VALIDATE: the fence is the holder's */
+};
+
+struct lock_owner;
+struct lock_owner_ops {
+	/* The request in flight finished (exactly once per request). */
+	void (*done)(struct lock_owner *, const struct lock_result *);
+	/* A held lock was lost; reason as in DESIGN.md §3. */
+	void (*lost)(struct lock_owner *, const char *name, uint64_t fence,
+	    const char *reason);
+};
+
+struct lock_hold;
+struct lock_req;
+
+/* The engine's view of one client; embedded in the client's session. */
+struct lock_owner {
+	uint64_t id;
+	const struct lock_owner_ops *ops;
+	TAILQ_HEAD(, lock_hold) holds; /* in grant order, for LOCKS */
+	unsigned nholds;
+	struct lock_req *pending;      /* the request in flight, or NULL */
+};
+
+/* One lock held by one owner, as LOCKS shows it. */
+struct lock_hold {
+	TAILQ_ENTRY(lock_hold) owner_entry;
+	LIST_ENTRY(lock_hold) name_entry;
+	struct lock_owner *owner;
+	struct lock_name *ln;
+	enum lock_kind kind;
+	uint64_t fence;
+	uint64_t ttl_ms;
+	uint64_t valid_until_ms; /* monotonic, DESIGN.md §4 */
+	char token[PROTO_TOKEN_MAX + 1];
+};
+
+struct lock_acquire_args {
+	uint64_t ttl_ms;    /* 0: a session lock on locks.lease_ms */
+	int64_t wait_ms;    /* 0 = try once; -1 = forever */
+	bool keep;
+	const char *token;  /* NULL: the broker makes one */
+};
+
+void lock_init(struct event_base *base, const struct config *cf);
+void lock_shutdown(void);
+
+void lock_owner_init(struct lock_owner *o, uint64_t id,
+    const struct lock_owner_ops *ops);
+/* The owner is going away: release what it held, forget its request. */
+void lock_owner_gone(struct lock_owner *o);
+
+/*
+ * Requests. Each returns 0 when it went to Redis (ops->done follows), or
+ * fills *res and returns -1 when it was answered at once.
+ */
+int lock_acquire(struct lock_owner *o, const char *name,
+    const struct lock_acquire_args *a, struct lock_result *res);
+int lock_release(struct lock_owner *o, const char *name, const char *token,
+    struct lock_result *res);
+int lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
+    const char *token, struct lock_result *res);
+int lock_status(struct lock_owner *o, const char *name,
+    struct lock_result *res);
+int lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
+    struct lock_result *res);
+
+const char *lock_kind_name(enum lock_kind kind);
+const char *lock_hold_name(const struct lock_hold *h);
+/* Milliseconds of trusted validity left (0 when past it). */
+uint64_t lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms);
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * log: one line per event. Under systemd (JOURNAL_STREAM set) or to syslog no
+ * timestamp is added: the journal and syslogd add their own.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <time.h>
+
+#include "log.h"
+
+static enum log_level log_level = LOG_LVL_INFO;
+static bool log_syslog;
+static bool log_stamp = true;
+
+static const char *const log_names[] = { "error", "warning", "info", "debug" };
+static const int log_prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+
+void
+log_init(enum log_level level, bool use_syslog)
+{
+	log_level = level;
+	log_syslog = use_syslog;
+	log_stamp = !use_syslog && getenv("JOURNAL_STREAM") == NULL;
+	if (use_syslog)
+		openlog("lockbrokerd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+void
+log_set_level(enum log_level level)
+{
+	log_level = level;
+}
+
+enum log_level
+log_get_level(void)
+{
+	return log_level;
+}
+
+int
+log_level_parse(const char *name)
+{
+	for (size_t i = 0; i < sizeof(log_names) / sizeof(log_names[0]); i++)
+		if (strcasecmp(name, log_names[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
+const char *
+log_level_name(enum log_level level)
+{
+	return log_names[level];
+}
+
+void
+log_emit(enum log_level level, const char *fmt, va_list ap)
+{
+	char ts[32];
+	struct timespec now;
+	struct tm tm;
+
+	if (level > log_level)
+		return;
+	if (log_syslog) {
+		vsyslog(log_prio[level], fmt, ap);
+		return;
+	}
+	if (log_stamp) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		gmtime_r(&now.tv_sec, &tm);
+		strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+		fprintf(stderr, "%s.%03ldZ ", ts, now.tv_nsec / 1000000);
+	}
+	fprintf(stderr, "%s: ", log_names[level]);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+static void
+log_line(enum log_level level, const char *fmt, ...) LB_PRINTF(2, 3);
+
+static void
+log_line(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emit(level, fmt, ap);
+	va_end(ap);
+}
+
+/* Append ": strerror(errno)" the way OpenBSD's log_warn does. */
+static void
+log_errno(enum log_level level, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	int saved = errno;
+
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	log_line(level, "%s: %s", buf, strerror(saved));
+}
+
+void
+log_warn(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_errno(LOG_LVL_WARNING, fmt, ap);
+	va_end(ap);
+}
+
+void
+log_warnx(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emit(LOG_LVL_WARNING, fmt, ap);
+	va_end(ap);
+}
+
+void
+log_info(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emit(LOG_LVL_INFO, fmt, ap);
+	va_end(ap);
+}
+
+void
+log_debug(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emit(LOG_LVL_DEBUG, fmt, ap);
+	va_end(ap);
+}
+
+void
+fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_errno(LOG_LVL_ERROR, fmt, ap);
+	va_end(ap);
+	exit(1);
+}
+
+void
+fatalx(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_emit(LOG_LVL_ERROR, fmt, ap);
+	va_end(ap);
+	exit(1);
+}

@@ -1,0 +1,31 @@
+/*
+ * log: OpenBSD-style leveled logging to stderr or syslog. Depends on nothing
+ * else in lockbroker. log_warn/fatal append strerror(errno).
+ */
+#ifndef LB_LOG_H
+#define LB_LOG_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+enum log_level { LOG_LVL_ERROR, LOG_LVL_WARNING, LOG_LVL_INFO, LOG_LVL_DEBUG };
+
+#define LB_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+void log_init(enum log_level level, bool use_syslog);
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+/* "debug", "info", "warning", "error" -> level; -1 if unknown. */
+int log_level_parse(const char *name);
+const char *log_level_name(enum log_level level);
+
+void log_warn(const char *fmt, ...) LB_PRINTF(1, 2);
+void log_warnx(const char *fmt, ...) LB_PRINTF(1, 2);
+void log_info(const char *fmt, ...) LB_PRINTF(1, 2);
+void log_debug(const char *fmt, ...) LB_PRINTF(1, 2);
+void fatal(const char *fmt, ...) LB_PRINTF(1, 2) __attribute__((noreturn));
+void fatalx(const char *fmt, ...) LB_PRINTF(1, 2) __attribute__((noreturn));
+void log_emit(enum log_level level, const char *fmt, va_list ap)
+    LB_PRINTF(2, 0);
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * lockbrokerd: options, configuration, signals and the one event loop.
+ * It runs in the foreground; systemd (or the terminal) supervises it.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "lb_build.h"
+#if HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "client.h"
+#include "cmd.h"
+#include "config.h"
+#include "listener.h"
+#include "lock.h"
+#include "log.h"
+#include "redisc.h"
+#include "util.h"
+
+#define MAIN_DRAIN_TICK_MS 10
+
+static struct {
+	struct event_base *base;
+	struct config cf;
+	struct event *sig_term, *sig_int, *sig_hup;
+	struct event *drain_ev;
+	uint64_t drain_deadline_ms;
+	bool stopping;
+} m;
+
+static void __attribute__((noreturn))
+usage(int code)
+{
+	fprintf(code == 0 ? stdout : stderr,
+	    "usage: lockbrokerd [-htV] [-c file]\n"
+	    "  -c file  configuration file (default %s)\n"
+	    "  -t       check the configuration and exit\n"
+	    "  -V       print the version and exit\n"
+	    "  -h       this help\n",
+	    CONFIG_DEFAULT_PATH);
+	exit(code);
+}
+
+static void
+main_notify(const char *state)
+{
+#if HAVE_LIBSYSTEMD
+	sd_notify(0, state);
+#else
+	(void)state;
+#endif
+}
+
+/* Stop once every release we sent has an answer, or time is up. */
+static void
+main_drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct timeval tv = { 0, MAIN_DRAIN_TICK_MS * 1000 };
+
+	if (redisc_idle() || mono_ms() >= m.drain_deadline_ms) {
+		event_base_loopexit(m.base, NULL);
+		return;
+	}
+	evtimer_add(m.drain_ev, &tv);
+}
+
+/* SIGTERM/SIGINT: stop accepting, release what our clients hold, exit. */
+static void
+main_stop_cb(evutil_socket_t sig, short what, void *arg)
+{
+	if (m.stopping)
+		return;
+	m.stopping = true;
+	log_info("signal %d: stopping", (int)sig);
+	main_notify("STOPPING=1");
+	listener_close();
+	client_close_all();
+	m.drain_deadline_ms = mono_ms() + (uint64_t)m.cf.redis.command_timeout_ms;
+	main_drain_cb(-1, 0, NULL);
+}
+
+static void
+main_hup_cb(evutil_socket_t sig, short what, void *arg)
+{
+	/* Reload is not built yet; saying so beats dying on the default. */
+	log_warnx("SIGHUP: reload is not supported yet; restart to apply "
+		  "changes");
+}
+
+static void
+main_signals(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	m.sig_term = evsignal_new(m.base, SIGTERM, main_stop_cb, NULL);
+	m.sig_int = evsignal_new(m.base, SIGINT, main_stop_cb, NULL);
+	m.sig_hup = evsignal_new(m.base, SIGHUP, main_hup_cb, NULL);
+	m.drain_ev = evtimer_new(m.base, main_drain_cb, NULL);
+	if (m.sig_term == NULL || m.sig_int == NULL || m.sig_hup == NULL ||
+	    m.drain_ev == NULL)
+		fatalx("cannot set up signal events");
+	evsignal_add(m.sig_term, NULL);
+	evsignal_add(m.sig_int, NULL);
+	evsignal_add(m.sig_hup, NULL);
+}
+
+static void
+main_load_config(const char *path, bool must_exist)
+{
+	char err[1024];
+
+	if (config_load(&m.cf, path, must_exist, err, sizeof err) != 0) {
+		fprintf(stderr, "lockbrokerd: %s\n", err);
+		exit(1);
+	}
+}
+
+/* Everything is freed so that valgrind sees no leak at exit. */
+static void
+main_teardown(void)
+{
+	listener_close();
+	client_shutdown();
+	redisc_stop();
+	/* Requests failed during the stop are answered from the loop. */
+	event_base_loop(m.base, EVLOOP_NONBLOCK);
+	lock_shutdown();
+	cmd_shutdown();
+	event_free(m.sig_term);
+	event_free(m.sig_int);
+	event_free(m.sig_hup);
+	event_free(m.drain_ev);
+	event_base_free(m.base);
+	config_free(&m.cf);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *path = CONFIG_DEFAULT_PATH;
+	bool explicit_path = false, test_only = false;
+	int ch;
+
+	while ((ch = getopt(argc, argv, "c:htV")) != -1) {
+		switch (ch) {
+		case 'c':
+			path = optarg;
+			explicit_path = true;
+			break;
+		case 't':
+			test_only = true;
+			break;
+		case 'V':
+			printf("lockbrokerd %s\n", LB_VERSION);
+			return 0;
+		case 'h':
+			usage(0);
+		default:
+			usage(1);
+		}
+	}
+	if (optind != argc)
+		usage(1);
+	main_load_config(path, explicit_path);
+	if (test_only) {
+		printf("%s: configuration OK\n",
+		    m.cf.path != NULL ? m.cf.path : "(defaults)");
+		config_free(&m.cf);
+		return 0;
+	}
+	log_init((enum log_level)log_level_parse(m.cf.log.level),
+	    m.cf.log.syslog);
+	if ((m.base = event_base_new()) == NULL)
+		fatalx("event_base_new failed");
+	main_signals();
+	redisc_init(m.base, &m.cf.redis);
+	lock_init(m.base, &m.cf);
+	cmd_init(&m.cf);
+	client_init(m.base, &m.cf);
+	if (listener_init(m.base, &m.cf) != 0)
+		fatalx("cannot listen; exiting");
+	redisc_connect();
+	log_info("lockbrokerd %s started", LB_VERSION);
+	main_notify("READY=1");
+	event_base_dispatch(m.base);
+	main_teardown();
+	log_info("stopped");
+	return 0;
+}

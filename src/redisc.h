@@ -1,0 +1,47 @@
+/*
+ * redisc: the daemon's Redis connection — async hiredis on the libevent loop,
+ * reconnect with back-off, per-request timeouts of its own (hiredis 0.14 has
+ * none), and Lua scripts run by EVALSHA with EVAL on NOSCRIPT. It knows
+ * nothing of clients or locks: it is a small library the lock engine uses.
+ */
+#ifndef LB_REDISC_H
+#define LB_REDISC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+struct event_base;
+struct config_redis;
+
+/*
+ * Called exactly once per request, always from the event loop and never from
+ * inside redisc_eval. reply NULL means Redis could not answer in time: not
+ * connected, connection lost, or command_timeout_ms passed.
+ */
+typedef void redisc_cb(const redisReply *reply, void *arg);
+
+struct redisc_script {
+	const char *name; /* for logs */
+	const char *body;
+	char sha[41];     /* learnt from SCRIPT LOAD; "" until then */
+};
+
+void redisc_init(struct event_base *base, const struct config_redis *cf);
+/* Register a script; it is loaded at every (re)connect. */
+void redisc_script_add(struct redisc_script *script);
+void redisc_connect(void);
+void redisc_stop(void);
+bool redisc_up(void);
+/* No request is waiting for an answer. */
+bool redisc_idle(void);
+
+/*
+ * Run script with nkeys keys followed by the other arguments (args[0..n)).
+ * The arguments are copied.
+ */
+void redisc_eval(struct redisc_script *script, int nkeys, int n,
+    const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
+
+#endif

@@ -1,0 +1,83 @@
+/* util: clock and randomness, kept apart so the unit tests can reach them. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "util.h"
+
+uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* getrandom never returns short for 16 bytes, but EINTR is still possible. */
+static void
+util_random_bytes(void *buf, size_t len)
+{
+	unsigned char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = getrandom(p, len, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			abort();
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+void
+util_random_token(char out[UTIL_TOKEN_HEXLEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char raw[UTIL_TOKEN_HEXLEN / 2];
+
+	util_random_bytes(raw, sizeof raw);
+	for (size_t i = 0; i < sizeof raw; i++) {
+		out[2 * i] = hex[raw[i] >> 4];
+		out[2 * i + 1] = hex[raw[i] & 0xf];
+	}
+	out[UTIL_TOKEN_HEXLEN] = '\0';
+}
+
+uint64_t
+util_random_range(uint64_t lo, uint64_t hi)
+{
+	uint64_t r;
+
+	if (hi <= lo)
+		return lo;
+	util_random_bytes(&r, sizeof r);
+	return lo + r % (hi - lo + 1);
+}
+
+uint64_t
+util_validity_end(uint64_t start_ms, uint64_t ttl_ms, double drift)
+{
+	uint64_t trusted = (uint64_t)((double)ttl_ms * (1.0 - drift));
+
+	if (trusted <= 2)
+		return start_ms;
+	return start_ms + trusted - 2;
+}
+
+bool
+util_secret_equal(const char *given, const char *secret)
+{
+	size_t glen = strlen(given), slen = strlen(secret);
+	unsigned char diff = glen != slen || slen == 0;
+
+	/* Always walk all of given; index the secret modulo its length. */
+	for (size_t i = 0; i < glen && slen > 0; i++)
+		diff |= (unsigned char)given[i] ^ (unsigned char)secret[i % slen];
+	return diff == 0;
+}

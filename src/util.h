@@ -1,0 +1,32 @@
+/* util: the monotonic clock and random tokens. Depends on nothing else. */
+#ifndef LB_UTIL_H
+#define LB_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UTIL_TOKEN_HEXLEN 32
+
+/* Milliseconds on CLOCK_MONOTONIC: every timer and lease decision uses it. */
+uint64_t mono_ms(void);
+
+/* 128 random bits as 32 lowercase hex characters and a NUL (33 bytes). */
+void util_random_token(char out[UTIL_TOKEN_HEXLEN + 1]);
+
+/* A random integer in [lo, hi], for jitter. */
+uint64_t util_random_range(uint64_t lo, uint64_t hi);
+
+/*
+ * The end of a lease as the broker may trust it (DESIGN.md §4):
+ * start + ttl * (1 - drift) - 2 ms, never before start.
+ */
+uint64_t util_validity_end(uint64_t start_ms, uint64_t ttl_ms, double drift);
+
+/*
+ * Compare a given secret with the real one in time that depends only on the
+ * given one's length, never on how many leading bytes match.
+ */
+bool util_secret_equal(const char *given, const char *secret);
+
+#endif

@@ -1,0 +1,289 @@
+"""End-to-end harness: a real redis-server and the real lockbrokerd on free
+loopback ports, spoken to over real sockets. Standard library only."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+LOCKBROKERD = os.environ.get("LOCKBROKERD", "build/src/lockbrokerd")
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+# Wrap the daemon, e.g. LB_WRAPPER="valgrind --error-exitcode=99 -q".
+WRAPPER = os.environ.get("LB_WRAPPER", "").split()
+SLOW = 10 if WRAPPER else 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout=10.0, step=0.01):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            v = pred()
+            if v:
+                return v
+        except OSError:
+            pass
+        time.sleep(step)
+    raise AssertionError("timed out waiting for %r" % pred)
+
+
+class Resp:
+    """A minimal RESP client, so tests can look at Redis behind the broker."""
+
+    def __init__(self, port=None, path=None):
+        if path:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(path)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.settimeout(5)
+        self.f = self.sock.makefile("rb")
+
+    def __call__(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline()
+        if not line:
+            raise ConnectionError("redis closed")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)[:-2]
+            return data.decode(errors="replace")
+        if kind == b"*":
+            return [self._read() for _ in range(int(rest))]
+        raise ValueError(line)
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+
+class Redis:
+    def __init__(self, tmpdir, port=None, extra=()):
+        self.tmpdir = tmpdir
+        self.port = port or free_port()
+        self.extra = list(extra)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.tmpdir,
+                "--logfile", os.path.join(self.tmpdir, "redis.log")] + self.extra
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        wait_for(lambda: self.ping())
+
+    def ping(self):
+        r = Resp(self.port)
+        try:
+            return r("PING") == "PONG"
+        finally:
+            r.close()
+
+    def __call__(self, *args):
+        r = Resp(self.port)
+        try:
+            return r(*args)
+        finally:
+            r.close()
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def render_conf(sections):
+    """{'locks': {'lease_ms': 300}} -> libconfig text."""
+    out = []
+    for group, keys in sections.items():
+        body = []
+        for k, v in keys.items():
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif isinstance(v, str):
+                v = '"%s"' % v
+            body.append("%s = %s;" % (k, v))
+        out.append("%s = { %s };" % (group, " ".join(body)))
+    return "\n".join(out) + "\n"
+
+
+class Broker:
+    def __init__(self, tmpdir, redis_port, conf=None, name="broker"):
+        self.tmpdir = tmpdir
+        self.port = free_port()
+        self.name = name
+        sections = {
+            "listen": {"address": "127.0.0.1", "port": self.port},
+            "redis": {"host": "127.0.0.1", "port": redis_port},
+            "log": {"level": "debug"},
+        }
+        for group, keys in (conf or {}).items():
+            sections.setdefault(group, {}).update(keys)
+        self.conf = os.path.join(tmpdir, name + ".conf")
+        with open(self.conf, "w") as f:
+            f.write(render_conf(sections))
+        self.log = os.path.join(tmpdir, name + ".log")
+        self.proc = None
+        self.start()
+
+    def start(self, wait_redis=True):
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(WRAPPER + [LOCKBROKERD, "-c", self.conf],
+                                     stdout=self.logf, stderr=self.logf)
+        wait_for(lambda: self.proc.poll() is None and self._pong(),
+                 timeout=10 * SLOW)
+        if wait_redis:
+            wait_for(lambda: self.info().get("redis_up") == "1",
+                     timeout=10 * SLOW)
+
+    def _pong(self):
+        c = self.client()
+        try:
+            return c.cmd("PING") == "PONG"
+        finally:
+            c.close()
+
+    def client(self):
+        return Client(self.port)
+
+    def info(self):
+        c = self.client()
+        try:
+            return c.info()
+        finally:
+            c.close()
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Stop it and return its exit status."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=timeout * SLOW)
+        self.proc = None
+        self.logf.close()
+        return code
+
+    def logtext(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+
+class Client:
+    def __init__(self, port=None, path=None, timeout=5):
+        if path:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(path)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.settimeout(timeout * SLOW)
+        self.buf = b""
+
+    def send(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        self.sock.sendall(data)
+
+    def line(self):
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    def cmd(self, line):
+        self.send(line)
+        return self.line()
+
+    def until_end(self, line):
+        self.send(line)
+        out = []
+        while True:
+            l = self.line()
+            if l == "END":
+                return out
+            out.append(l)
+
+    def info(self):
+        return dict(l.split(" ", 2)[1:] for l in self.until_end("INFO"))
+
+    def closed(self):
+        """True once the broker has closed this connection."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
+class BrokerTest(unittest.TestCase):
+    """One Redis and one broker per test; the broker must stop cleanly."""
+
+    conf = None
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.redis = Redis(self.tmpdir)
+        self.broker = Broker(self.tmpdir, self.redis.port, self.conf)
+        self.clients = []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        try:
+            code = self.broker.stop()
+            if code != 0:
+                print(self.broker.logtext()[-4000:])
+            self.assertEqual(code, 0, "lockbrokerd did not exit cleanly")
+        finally:
+            self.redis.kill()
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def client(self, broker=None):
+        c = (broker or self.broker).client()
+        self.clients.append(c)
+        return c
+
+
+def main():
+    unittest.main(verbosity=2)
