@@ -254,16 +254,17 @@ lock_release_orphan(const char *name, const char *token)
 	lock_send_release(req);
 }
 
+/* res may point into req (the token), so req is freed last. */
 static void
 lock_finish(struct lock_req *req, const struct lock_result *res)
 {
 	struct lock_owner *o = req->owner;
 
+	if (o != NULL) {
+		o->pending = NULL;
+		o->ops->done(o, res);
+	}
 	lock_req_free(req);
-	if (o == NULL)
-		return;
-	o->pending = NULL;
-	o->ops->done(o, res);
 }
 
 static void

@@ -142,6 +142,7 @@ class Broker:
         self.tmpdir = tmpdir
         self.port = free_port()
         self.name = name
+        self.secret = (conf or {}).get("auth", {}).get("secret")
         sections = {
             "listen": {"address": "127.0.0.1", "port": self.port},
             "redis": {"host": "127.0.0.1", "port": redis_port},
@@ -179,6 +180,8 @@ class Broker:
     def info(self):
         c = self.client()
         try:
+            if self.secret:
+                assert c.cmd("AUTH " + self.secret) == "OK"
             return c.info()
         finally:
             c.close()
@@ -263,21 +266,34 @@ class BrokerTest(unittest.TestCase):
 
     def setUp(self):
         self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
         self.redis = Redis(self.tmpdir)
-        self.broker = Broker(self.tmpdir, self.redis.port, self.conf)
+        self.addCleanup(self.redis.kill)
         self.clients = []
+        self.brokers = []
+        self.broker = self.start_broker(self.conf)
+
+    def start_broker(self, conf=None, name="broker"):
+        """Another broker on this test's Redis; stopped and checked after."""
+        b = Broker(self.tmpdir, self.redis.port, conf, name=name)
+        self.brokers.append(b)
+        self.addCleanup(self._kill, b)
+        return b
+
+    @staticmethod
+    def _kill(b):
+        if b.proc is not None and b.proc.poll() is None:
+            b.proc.kill()
+            b.proc.wait()
 
     def tearDown(self):
         for c in self.clients:
             c.close()
-        try:
-            code = self.broker.stop()
+        for b in self.brokers:
+            code = b.stop()
             if code != 0:
-                print(self.broker.logtext()[-4000:])
-            self.assertEqual(code, 0, "lockbrokerd did not exit cleanly")
-        finally:
-            self.redis.kill()
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
+                print(b.logtext()[-4000:])
+            self.assertEqual(code, 0, "%s did not exit cleanly" % b.name)
 
     def client(self, broker=None):
         c = (broker or self.broker).client()

@@ -138,18 +138,17 @@ class Basic(BrokerTest):
 
     def test_unix_socket(self):
         import os
-        from lbtest import Broker, Client
+        from lbtest import Client
         path = os.path.join(self.tmpdir, "lb.sock")
-        b2 = Broker(self.tmpdir, self.redis.port, name="unix",
-                    conf={"listen": {"unix": path, "unix_mode": "0600"}})
-        try:
-            self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
-            c = Client(path=path)
-            self.assertEqual(c.cmd("PING"), "PONG")
-            self.grant(c, "ACQUIRE u")
-            c.close()
-        finally:
-            self.assertEqual(b2.stop(), 0)
+        b2 = self.start_broker(name="unix",
+                               conf={"listen": {"unix": path,
+                                                "unix_mode": "0600"}})
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        c = Client(path=path)
+        self.assertEqual(c.cmd("PING"), "PONG")
+        self.grant(c, "ACQUIRE u")
+        c.close()
+        self.assertEqual(b2.stop(), 0)
         self.assertFalse(os.path.exists(path))
 
 

@@ -1,0 +1,152 @@
+"""Every ERR code reachable here, and the connection rules around them."""
+
+import socket
+
+from lbtest import Broker, BrokerTest, Client, main, wait_for
+
+
+class Errors(BrokerTest):
+    conf = {"limits": {"max_locks_per_client": 2, "max_line": 300,
+                       "max_clients": 20}}
+
+    def test_unknown(self):
+        a = self.client()
+        self.assertEqual(a.cmd("FROB x"), "ERR UNKNOWN unknown command, try HELP")
+        self.assertEqual(a.cmd("PING"), "PONG")
+
+    def test_args(self):
+        a = self.client()
+        for line in ("ACQUIRE", "RELEASE", "EXTEND x", "STATUS", "STATUS a b",
+                     "VALIDATE x", "PING extra", "LOCKS x",
+                     "ACQUIRE x TTL", "ACQUIRE x TTL -1", "ACQUIRE x TTL 1e3",
+                     "ACQUIRE x TTL 0x10", "ACQUIRE x TTL 18446744073709551616",
+                     "ACQUIRE x TTL 0", "ACQUIRE x TTL 5", "ACQUIRE x TTL 100000000000",
+                     "ACQUIRE x WAIT abc", "ACQUIRE x KEEP",
+                     "ACQUIRE x TTL 100 TTL 100", "ACQUIRE x BOGUS",
+                     "ACQUIRE x TOKEN bad/token", "ACQUIRE x TOKEN " + "a" * 65,
+                     "RELEASE x TOKEN", "RELEASE x NOTTOKEN t",
+                     "EXTEND x abc", "EXTEND x 100 TOKEN",
+                     "VALIDATE x -3", "VALIDATE x 18446744073709551616",
+                     " ".join(["PING"] * 17)):
+            self.assertRegex(a.cmd(line), r"^ERR ARGS ", line)
+        self.assertEqual(a.until_end("LOCKS"), [])
+
+    def test_name(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE " + "n" * 201), r"^ERR NAME ")
+        self.assertRegex(a.cmd("STATUS " + "n" * 201), r"^ERR NAME ")
+        self.assertRegex(a.cmd("ACQUIRE " + "n" * 200), r"^OK \d+ ")
+
+    def test_held_and_notheld(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE h"), r"^OK ")
+        self.assertRegex(a.cmd("ACQUIRE h"), r"^ERR HELD ")
+        self.assertRegex(a.cmd("ACQUIRE h TOKEN other"), r"^ERR HELD ")
+        self.assertRegex(b.cmd("RELEASE h"), r"^ERR NOTHELD ")
+        self.assertRegex(b.cmd("EXTEND h 1000"), r"^ERR NOTHELD ")
+
+    def test_notheld_leaves_redis_untouched(self):
+        a, b = self.client(), self.client()
+        reply = a.cmd("ACQUIRE n TTL 30000").split()
+        token = reply[3]
+        before = self.redis("PTTL", "lockbroker:{n}")
+        for line in ("RELEASE n", "EXTEND n 90000", "RELEASE n TOKEN wrong",
+                     "EXTEND n 90000 TOKEN wrong"):
+            self.assertRegex(b.cmd(line), r"^ERR NOTHELD ", line)
+        self.assertEqual(self.redis("GET", "lockbroker:{n}"), token)
+        after = self.redis("PTTL", "lockbroker:{n}")
+        self.assertTrue(before - 1000 < after <= before, (before, after))
+        self.assertEqual(a.cmd("RELEASE n"), "OK")
+
+    def test_limit_locks_per_client(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE l1"), r"^OK ")
+        self.assertRegex(a.cmd("ACQUIRE l2"), r"^OK ")
+        self.assertRegex(a.cmd("ACQUIRE l3"), r"^ERR LIMIT ")
+        self.assertEqual(a.cmd("RELEASE l1"), "OK")
+        self.assertRegex(a.cmd("ACQUIRE l3"), r"^OK ")
+
+    def test_limit_max_clients(self):
+        held = [self.client() for _ in range(20)]
+        for c in held:
+            self.assertEqual(c.cmd("PING"), "PONG")
+        extra = Client(self.broker.port)
+        self.assertEqual(extra.line(), "ERR LIMIT too many clients")
+        self.assertTrue(extra.closed())
+        extra.close()
+        held.pop().close()
+        self.clients = held
+        wait_for(lambda: self.broker.info()["clients"] == str(len(held) + 1))
+
+    def test_proto_control_bytes_keep_the_connection(self):
+        a = self.client()
+        for raw in (b"PING\x00\n", b"PI\rNG\n", b"\x01\x02\n", b"ACQUIRE a\x7fb\n"):
+            a.send(raw)
+            self.assertEqual(a.line(), "ERR PROTO control byte in request")
+        self.assertEqual(a.cmd("PING"), "PONG")
+        a.send(b"PING\r\n\r\n\n   \t\nPING\n")  # CR LF, empty lines ignored
+        self.assertEqual(a.line(), "PONG")
+        self.assertEqual(a.line(), "PONG")
+
+    def test_proto_line_too_long_closes_others_fine(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(b.cmd("ACQUIRE keep"), r"^OK ")
+        self.assertEqual(a.cmd("PING " + "x" * 295), "ERR ARGS usage: PING")
+        a.send("PING " + "x" * 400)
+        self.assertEqual(a.line(), "ERR PROTO line too long")
+        self.assertTrue(a.closed())
+        # Without any newline at all, too.
+        c = self.client()
+        c.sock.sendall(b"y" * 5000)
+        self.assertEqual(c.line(), "ERR PROTO line too long")
+        self.assertTrue(c.closed())
+        self.assertEqual(b.cmd("PING"), "PONG")
+        self.assertEqual(len(b.until_end("LOCKS")), 1)
+
+    def test_internal_on_foreign_key(self):
+        # A key of another type under our prefix: Redis answers WRONGTYPE.
+        self.redis("HSET", "lockbroker:{odd}", "f", "v")
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE odd"), r"^ERR INTERNAL ")
+        self.assertEqual(a.cmd("PING"), "PONG")
+        self.assertTrue(self.redis("TYPE", "lockbroker:{odd}") == "hash")
+
+    def test_unavailable_when_redis_is_gone(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE u"), r"^OK ")
+        self.redis.kill()
+        for line in ("ACQUIRE v WAIT 0", "RELEASE u", "EXTEND u 1000",
+                     "STATUS u", "VALIDATE u 1"):
+            self.assertRegex(a.cmd(line), r"^ERR UNAVAILABLE ", line)
+        self.assertEqual(a.cmd("PING"), "PONG")
+        self.redis.start()
+        wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
+        self.assertRegex(a.cmd("ACQUIRE v WAIT 0"), r"^OK ")
+
+
+class Auth(BrokerTest):
+    conf = {"auth": {"secret": "s3cret-of-some-length"}}
+
+    def test_noauth_then_auth(self):
+        a = self.client()
+        self.assertEqual(a.cmd("PING"), "PONG")
+        self.assertEqual(len(a.until_end("HELP")), 11)
+        for line in ("ACQUIRE x", "STATUS x", "LOCKS", "INFO"):
+            self.assertEqual(a.cmd(line), "ERR NOAUTH AUTH first")
+        self.assertEqual(a.cmd("AUTH s3cret-of-some-length"), "OK")
+        self.assertRegex(a.cmd("ACQUIRE x"), r"^OK ")
+
+    def test_wrong_secret_closes(self):
+        for guess in ("s3cret", "s3cret-of-some-lengtH", "x" * 300):
+            a = self.client()
+            self.assertEqual(a.cmd("AUTH " + guess), "ERR AUTH wrong secret")
+            self.assertTrue(a.closed())
+
+    def test_quit_before_auth(self):
+        a = self.client()
+        self.assertEqual(a.cmd("QUIT"), "OK")
+        self.assertTrue(a.closed())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The broker and its Redis: scripts cached or not, Redis restarts."""
+
+import threading
+import time
+
+from lbtest import BrokerTest, main, wait_for
+
+
+class Scripts(BrokerTest):
+
+    def worker(self, client, name, stop, errors, count):
+        while not stop.is_set():
+            for line, want in (("ACQUIRE %s TTL 5000" % name, "OK "),
+                               ("STATUS " + name, "OK HELD"),
+                               ("EXTEND %s 6000" % name, "OK 6000"),
+                               ("RELEASE " + name, "OK")):
+                reply = client.cmd(line)
+                if not reply.startswith(want):
+                    errors.append((line, reply))
+                count[0] += 1
+
+    def test_script_flush_fails_no_request(self):
+        stop, errors, count = threading.Event(), [], [0]
+        threads = [threading.Thread(target=self.worker,
+                                    args=(self.client(), "f%d" % i, stop,
+                                          errors, count))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for _ in range(20):
+            time.sleep(0.05)
+            self.assertEqual(self.redis("SCRIPT", "FLUSH"), "OK")
+        stop.set()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertGreater(count[0], 100)
+        self.assertGreater(int(self.broker.info()["redis_noscript_total"]), 0)
+
+    def test_serves_again_after_redis_restart(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE before"), r"^OK ")
+        self.redis.kill()
+        wait_for(lambda: self.broker.info()["redis_up"] == "0", 5)
+        self.redis.start()  # same port, empty dataset: scripts are gone too
+        wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
+        self.assertRegex(a.cmd("ACQUIRE after"), r"^OK 1 ")
+        self.assertIn("redis: connection lost", self.broker.logtext())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+/*
+ * test_cmd: the command table and everything answered before the lock engine
+ * would go to Redis — lookup, arity, auth gating, option parsing and the
+ * exact error line for each — driven through cmd_execute with no network.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "cmd.h"
+#include "config.h"
+#include "lock.h"
+#include "redisc.h"
+
+#define nitems(a) (sizeof(a) / sizeof((a)[0]))
+
+static struct config cf;
+static struct event_base *base;
+
+static void
+resume_never(struct session *s)
+{
+	ck_abort_msg("no request here should go async");
+}
+
+static void
+setup_with(const char *secret)
+{
+	config_defaults(&cf);
+	free(cf.auth.secret);
+	cf.auth.secret = strdup(secret);
+	cf.limits.max_locks_per_client = 1;
+	base = event_base_new();
+	redisc_init(base, &cf.redis);
+	lock_init(base, &cf);
+	cmd_init(&cf);
+}
+
+static void
+setup(void)
+{
+	setup_with("");
+}
+
+static void
+setup_auth(void)
+{
+	setup_with("sesame");
+}
+
+static void
+teardown(void)
+{
+	cmd_shutdown();
+	lock_shutdown();
+	redisc_stop();
+	event_base_free(base);
+	config_free(&cf);
+}
+
+/* Run one line on a fresh session; returns the output, caller frees. */
+static char *
+run(const char *line, enum cmd_result *res)
+{
+	struct evbuffer *out = evbuffer_new();
+	struct session s;
+	char buf[1024];
+	size_t len = strlen(line);
+	char *text;
+
+	memcpy(buf, line, len + 1);
+	cmd_session_init(&s, 1, out, resume_never, NULL);
+	*res = cmd_execute(&s, buf, len);
+	cmd_session_end(&s);
+	len = evbuffer_get_length(out);
+	text = calloc(1, len + 1);
+	evbuffer_remove(out, text, len);
+	evbuffer_free(out);
+	return text;
+}
+
+static const struct {
+	const char *line;
+	const char *reply; /* the whole output */
+	enum cmd_result res;
+} sync_cases[] = {
+	{ "", "", CMD_DONE },
+	{ "PING", "PONG\n", CMD_DONE },
+	{ "ping", "PONG\n", CMD_DONE },
+	{ "QUIT", "OK\n", CMD_CLOSE },
+	{ "AUTH anything", "OK\n", CMD_DONE }, /* no secret configured */
+	{ "NOPE", "ERR UNKNOWN unknown command, try HELP\n", CMD_DONE },
+	{ "PING x", "ERR ARGS usage: PING\n", CMD_DONE },
+	{ "STATUS", "ERR ARGS usage: STATUS <name>\n", CMD_DONE },
+	{ "EXTEND x", "ERR ARGS usage: EXTEND <name> <ttl_ms> [TOKEN <t>]\n",
+	    CMD_DONE },
+	{ "PING\x01", "ERR PROTO control byte in request\n", CMD_DONE },
+	{ "a b c d e f g h i j k l m n o p q",
+	    "ERR ARGS more than 16 words\n", CMD_DONE },
+	{ "ACQUIRE x TTL abc",
+	    "ERR ARGS TTL wants milliseconds, a plain decimal\n", CMD_DONE },
+	{ "ACQUIRE x TTL 0", "ERR ARGS TTL must be positive\n", CMD_DONE },
+	{ "ACQUIRE x TTL 5", "ERR ARGS ttl must be between 10 and 86400000 ms\n",
+	    CMD_DONE },
+	{ "ACQUIRE x KEEP", "ERR ARGS KEEP needs TTL\n", CMD_DONE },
+	{ "ACQUIRE x KEEP KEEP", "ERR ARGS bad or repeated option 'KEEP'\n",
+	    CMD_DONE },
+	{ "ACQUIRE x WAIT 1 wait 2", "ERR ARGS bad or repeated option 'wait'\n",
+	    CMD_DONE },
+	{ "ACQUIRE x TOKEN", "ERR ARGS bad or repeated option 'TOKEN'\n",
+	    CMD_DONE },
+	{ "ACQUIRE x TOKEN a/b",
+	    "ERR ARGS a token is 1-64 of A-Z a-z 0-9 _ . -\n", CMD_DONE },
+	{ "ACQUIRE \x80\xff\x80 TTL 5",
+	    "ERR ARGS ttl must be between 10 and 86400000 ms\n", CMD_DONE },
+	{ "RELEASE x", "ERR NOTHELD this connection does not hold it\n",
+	    CMD_DONE },
+	{ "RELEASE x TOKEN", "ERR ARGS expected TOKEN <t>\n", CMD_DONE },
+	{ "RELEASE x TICKET t", "ERR ARGS expected TOKEN <t>\n", CMD_DONE },
+	{ "EXTEND x 100", "ERR NOTHELD this connection does not hold it\n",
+	    CMD_DONE },
+	{ "EXTEND x -1", "ERR ARGS EXTEND wants milliseconds, a plain decimal\n",
+	    CMD_DONE },
+	{ "VALIDATE x 0x1", "ERR ARGS a fence is a plain decimal\n", CMD_DONE },
+	{ "LOCKS", "END\n", CMD_DONE },
+};
+
+START_TEST(test_sync_replies)
+{
+	enum cmd_result res;
+	char *out = run(sync_cases[_i].line, &res);
+
+	ck_assert_str_eq(out, sync_cases[_i].reply);
+	ck_assert_int_eq(res, sync_cases[_i].res);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_name_errors)
+{
+	char line[300] = "STATUS ";
+	enum cmd_result res;
+	char *out;
+
+	memset(line + 7, 'n', 201);
+	out = run(line, &res);
+	ck_assert_str_eq(out,
+	    "ERR NAME a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_table)
+{
+	static const char *const verbs[] = { "PING", "AUTH", "ACQUIRE",
+		"RELEASE", "EXTEND", "STATUS", "VALIDATE", "LOCKS", "INFO",
+		"HELP", "QUIT" };
+	enum cmd_result res;
+	char *help = run("HELP", &res);
+
+	for (size_t i = 0; i < nitems(verbs); i++) {
+		const struct cmd_entry *ce = cmd_lookup(verbs[i]);
+
+		ck_assert_ptr_nonnull(ce);
+		ck_assert_str_eq(ce->name, verbs[i]);
+		ck_assert_int_le(ce->min_args, ce->max_args);
+		/* The usage HELP prints starts with the verb. */
+		ck_assert(strncmp(ce->usage, ce->name, strlen(ce->name)) == 0);
+		ck_assert_ptr_nonnull(strstr(help, ce->usage));
+	}
+	ck_assert_ptr_null(cmd_lookup("ACQUIREX"));
+	ck_assert_ptr_null(cmd_lookup(""));
+	ck_assert(strlen(help) > 4 &&
+	    strcmp(help + strlen(help) - 4, "END\n") == 0);
+	free(help);
+}
+END_TEST
+
+START_TEST(test_info)
+{
+	enum cmd_result res;
+	char *out = run("INFO", &res);
+
+	ck_assert_ptr_nonnull(strstr(out, "STAT version "));
+	ck_assert_ptr_nonnull(strstr(out, "\nSTAT grants_total "));
+	ck_assert_ptr_nonnull(strstr(out, "\nSTAT redis_up 0\n"));
+	ck_assert(strcmp(out + strlen(out) - 4, "END\n") == 0);
+	free(out);
+}
+END_TEST
+
+static const struct {
+	const char *line;
+	const char *reply;
+	enum cmd_result res;
+} auth_cases[] = {
+	{ "PING", "PONG\n", CMD_DONE },
+	{ "QUIT", "OK\n", CMD_CLOSE },
+	{ "ACQUIRE x", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "ACQUIRE", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "LOCKS", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "INFO", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "AUTH sesame", "OK\n", CMD_DONE },
+	{ "AUTH sesam", "ERR AUTH wrong secret\n", CMD_CLOSE },
+	{ "AUTH sesamee", "ERR AUTH wrong secret\n", CMD_CLOSE },
+	{ "AUTH", "ERR ARGS usage: AUTH <secret>\n", CMD_DONE },
+};
+
+START_TEST(test_auth_gate)
+{
+	enum cmd_result res;
+	char *out = run(auth_cases[_i].line, &res);
+
+	ck_assert_str_eq(out, auth_cases[_i].reply);
+	ck_assert_int_eq(res, auth_cases[_i].res);
+	free(out);
+}
+END_TEST
+
+static Suite *
+cmd_suite(void)
+{
+	Suite *s = suite_create("cmd");
+	TCase *tc = tcase_create("open");
+	TCase *ta = tcase_create("auth");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_sync_replies, 0, nitems(sync_cases));
+	tcase_add_test(tc, test_name_errors);
+	tcase_add_test(tc, test_table);
+	tcase_add_test(tc, test_info);
+	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(ta, setup_auth, teardown);
+	tcase_add_loop_test(ta, test_auth_gate, 0, nitems(auth_cases));
+	suite_add_tcase(s, ta);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(cmd_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
