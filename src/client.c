@@ -34,9 +34,9 @@ struct client {
 	struct bufferevent *bev;
 	struct event *process_ev; /* runs client_process from the loop */
 	char peer[INET6_ADDRSTRLEN + 8];
-	bool busy;                /* a request is in flight */
-	bool closing;             /* flush the output, then free */
-	bool eof;                 /* the peer is done sending; finish, close */
+	bool busy;    /* a request is in flight */
+	bool closing; /* flush the output, then free */
+	bool eof;     /* the peer is done sending; finish, close */
 };
 
 static struct {
@@ -45,7 +45,7 @@ static struct {
 	TAILQ_HEAD(, client) all;
 	unsigned count;
 	uint64_t next_id;
-	char *line;               /* one line being run; max_line + 2 bytes */
+	char *line; /* one line being run; max_line + 2 bytes */
 	size_t line_size;
 } cl;
 
@@ -241,8 +241,8 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	/* Lines queued behind a request in flight are bounded here. */
 	hiwat = (size_t)(cl.cf->limits.max_pending + 1) * cl.line_size;
 	bufferevent_setwatermark(c->bev, EV_READ, 0, hiwat);
-	bufferevent_setcb(c->bev, client_read_cb, client_write_cb,
-	    client_event_cb, c);
+	bufferevent_setcb(
+	    c->bev, client_read_cb, client_write_cb, client_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	TAILQ_INSERT_TAIL(&cl.all, c, entry);
 	cl.count++;

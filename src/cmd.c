@@ -140,8 +140,8 @@ cmd_reply_err(struct session *s, const struct lock_result *res)
 }
 
 static int
-cmd_parse_ms(struct session *s, const char *what, const char *arg,
-    uint64_t *out)
+cmd_parse_ms(
+    struct session *s, const char *what, const char *arg, uint64_t *out)
 {
 	if (proto_parse_u64(arg, INT64_MAX, out) == 0)
 		return 0;
@@ -151,8 +151,8 @@ cmd_parse_ms(struct session *s, const char *what, const char *arg,
 
 /* "TOKEN <t>" at argv[i], the only option RELEASE and EXTEND take. */
 static int
-cmd_parse_token(struct session *s, int argc, char **argv, int i,
-    const char **token)
+cmd_parse_token(
+    struct session *s, int argc, char **argv, int i, const char **token)
 {
 	*token = NULL;
 	if (i == argc)
@@ -180,8 +180,8 @@ cmd_acquire_reply(struct session *s, const struct lock_result *res)
 
 /* Options may come in any order, each at most once. */
 static int
-cmd_acquire_opts(struct session *s, int argc, char **argv,
-    struct lock_acquire_args *a)
+cmd_acquire_opts(
+    struct session *s, int argc, char **argv, struct lock_acquire_args *a)
 {
 	uint64_t wait = 0;
 	bool seen_ttl = false, seen_wait = false;
@@ -200,7 +200,8 @@ cmd_acquire_opts(struct session *s, int argc, char **argv,
 				cmd_error(s, PERR_ARGS, "TTL must be positive");
 				return -1;
 			}
-		} else if (proto_keyword(kw, "WAIT") && has_value && !seen_wait) {
+		} else if (proto_keyword(kw, "WAIT") && has_value &&
+		    !seen_wait) {
 			seen_wait = true;
 			if (cmd_parse_ms(s, "WAIT", argv[++i], &wait) != 0)
 				return -1;
@@ -208,7 +209,8 @@ cmd_acquire_opts(struct session *s, int argc, char **argv,
 		    a->token == NULL) {
 			a->token = argv[++i];
 		} else {
-			cmd_error(s, PERR_ARGS, "bad or repeated option '%s'", kw);
+			cmd_error(
+			    s, PERR_ARGS, "bad or repeated option '%s'", kw);
 			return -1;
 		}
 	}
@@ -299,8 +301,8 @@ static void
 cmd_validate_reply(struct session *s, const struct lock_result *res)
 {
 	if (!cmd_reply_err(s, res))
-		evbuffer_add_printf(s->out, "OK %s\n",
-		    res->valid ? "VALID" : "STALE");
+		evbuffer_add_printf(
+		    s->out, "OK %s\n", res->valid ? "VALID" : "STALE");
 }
 
 static enum cmd_result
@@ -325,9 +327,9 @@ cmd_locks(struct session *s, int argc, char **argv)
 	uint64_t now = mono_ms();
 
 	TAILQ_FOREACH(h, &s->owner.holds, owner_entry)
-		evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s\n",
-		    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
-		    lock_kind_name(h->kind));
+	evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s\n",
+	    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
+	    lock_kind_name(h->kind));
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
 }
@@ -386,8 +388,8 @@ cmd_auth(struct session *s, int argc, char **argv)
 static void
 cmd_owner_done(struct lock_owner *o, const struct lock_result *res)
 {
-	struct session *s = (struct session *)((char *)o -
-	    offsetof(struct session, owner));
+	struct session *s =
+	    (struct session *)((char *)o - offsetof(struct session, owner));
 	void (*reply)(struct session *, const struct lock_result *) = s->reply;
 
 	s->reply = NULL;
@@ -396,14 +398,14 @@ cmd_owner_done(struct lock_owner *o, const struct lock_result *res)
 }
 
 static void
-cmd_owner_lost(struct lock_owner *o, const char *name, uint64_t fence,
-    const char *reason)
+cmd_owner_lost(
+    struct lock_owner *o, const char *name, uint64_t fence, const char *reason)
 {
-	struct session *s = (struct session *)((char *)o -
-	    offsetof(struct session, owner));
+	struct session *s =
+	    (struct session *)((char *)o - offsetof(struct session, owner));
 
-	evbuffer_add_printf(s->out, "EVENT LOST %s %" PRIu64 " %s\n", name,
-	    fence, reason);
+	evbuffer_add_printf(
+	    s->out, "EVENT LOST %s %" PRIu64 " %s\n", name, fence, reason);
 }
 
 static const struct lock_owner_ops cmd_owner_ops = {

@@ -27,11 +27,11 @@ typedef void session_resume_fn(struct session *);
 /* A connection as the command layer sees it. */
 struct session {
 	uint64_t id;
-	struct evbuffer *out;       /* replies are appended here */
+	struct evbuffer *out; /* replies are appended here */
 	struct lock_owner owner;
 	bool authed;
-	session_resume_fn *resume;  /* the request in flight was answered */
-	void *ctx;                  /* the client module's */
+	session_resume_fn *resume; /* the request in flight was answered */
+	void *ctx;		   /* the client module's */
 	void (*reply)(struct session *, const struct lock_result *);
 };
 

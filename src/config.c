@@ -27,13 +27,13 @@
 
 /* How a key is stored in struct config and what the file must hold. */
 enum config_type {
-	CT_INT, /* int; libconfig int or int64 within range */
-	CT_INT64, /* int64_t; libconfig int or int64 */
+	CT_INT,	   /* int; libconfig int or int64 within range */
+	CT_INT64,  /* int64_t; libconfig int or int64 */
 	CT_DOUBLE, /* double; an integer is accepted too */
-	CT_BOOL, /* bool */
+	CT_BOOL,   /* bool */
 	CT_STRING, /* char *, vetted by check if set */
-	CT_LIST, /* char *[max] + int count; list or array of strings */
-	CT_MODE, /* int from a string of octal digits such as "0660" */
+	CT_LIST,   /* char *[max] + int count; list or array of strings */
+	CT_MODE,   /* int from a string of octal digits such as "0660" */
 };
 
 /* The "expected ..." half of a wrong-type error, per type. */
@@ -54,15 +54,15 @@ struct config_key {
 	const char *name; /* "group.key", as written in the file */
 	enum config_type type;
 	int flags;
-	size_t off; /* offsetof(struct config, ...) */
+	size_t off;	  /* offsetof(struct config, ...) */
 	size_t count_off; /* CT_LIST: offset of the int count */
-	int64_t idef; /* CT_INT, CT_INT64, CT_MODE, CT_BOOL */
+	int64_t idef;	  /* CT_INT, CT_INT64, CT_MODE, CT_BOOL */
 	int64_t min;
 	int64_t max; /* CT_LIST: most entries */
 	double ddef;
 	double dmin;
 	double dmax;
-	const char *sdef; /* CT_STRING */
+	const char *sdef;		    /* CT_STRING */
 	const char *(*check)(const char *); /* NULL or why a string is bad */
 };
 
@@ -604,8 +604,8 @@ config_lex_skip(const char *p, unsigned *line)
 /* What the text scan found that libconfig 1.5 would get silently wrong. */
 struct config_lex {
 	unsigned include_line; /* first @include; 0 if none */
-	unsigned big_line; /* first integer atoi() would truncate */
-	char big[32]; /* that integer as written */
+	unsigned big_line;     /* first integer atoi() would truncate */
+	char big[32];	       /* that integer as written */
 };
 
 /* Names may hold digits ("x5000000000"): they are not numbers. */

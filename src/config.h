@@ -14,71 +14,71 @@
 #define CONFIG_MAX_SENTINELS 16
 
 struct config_listen {
-	char *address;      /* "127.0.0.1"; "" = no TCP listener */
-	int port;           /* 7878, 1..65535 */
-	char *unix_path;    /* key "unix"; "" = none */
-	int unix_mode;      /* key "unix_mode", a string of octal digits, default "0660" */
+	char *address;	 /* "127.0.0.1"; "" = no TCP listener */
+	int port;	 /* 7878, 1..65535 */
+	char *unix_path; /* key "unix"; "" = none */
+	int unix_mode; /* key "unix_mode", a string of octal digits, default "0660" */
 };
 
 struct config_redis {
-	char *host;         /* "127.0.0.1" */
-	int port;           /* 6379, 1..65535 */
-	char *unix_path;    /* key "unix"; "" = TCP */
-	char *username;     /* "" = default user */
-	char *password;     /* "" = none; wiped before free */
+	char *host;	 /* "127.0.0.1" */
+	int port;	 /* 6379, 1..65535 */
+	char *unix_path; /* key "unix"; "" = TCP */
+	char *username;	 /* "" = default user */
+	char *password;	 /* "" = none; wiped before free */
 	char *password_file;
-	int db;             /* 0..(INT_MAX) */
-	char *prefix;       /* "lockbroker:", 1..64 bytes, no spaces or braces */
-	int connect_timeout_ms;  /* 1000, 10..600000 */
-	int command_timeout_ms;  /* 1000, 10..600000 */
-	int reconnect_min_ms;    /* 100, 1..600000 */
-	int reconnect_max_ms;    /* 5000, 1..600000, >= reconnect_min_ms */
+	int db;	      /* 0..(INT_MAX) */
+	char *prefix; /* "lockbroker:", 1..64 bytes, no spaces or braces */
+	int connect_timeout_ms; /* 1000, 10..600000 */
+	int command_timeout_ms; /* 1000, 10..600000 */
+	int reconnect_min_ms;	/* 100, 1..600000 */
+	int reconnect_max_ms;	/* 5000, 1..600000, >= reconnect_min_ms */
 	char *sentinels[CONFIG_MAX_SENTINELS]; /* "host:port" strings */
 	int nsentinels;
-	char *master_name;  /* "" */
-	int wait_replicas;  /* 0, 0..100 */
+	char *master_name; /* "" */
+	int wait_replicas; /* 0, 0..100 */
 };
 
 struct config_locks {
-	int64_t lease_ms;        /* 10000, 30..86400000 */
-	int64_t min_ttl_ms;      /* 10, 1..86400000 */
-	int64_t max_ttl_ms;      /* 86400000, 1..(2^31-1)*1000, >= min_ttl_ms */
+	int64_t lease_ms;	 /* 10000, 30..86400000 */
+	int64_t min_ttl_ms;	 /* 10, 1..86400000 */
+	int64_t max_ttl_ms;	 /* 86400000, 1..(2^31-1)*1000, >= min_ttl_ms */
 	int64_t default_wait_ms; /* -1 (forever), -1..86400000 */
-	int64_t max_hold_ms;     /* 0 (none), 0..(2^31-1)*1000 */
-	int64_t lock_delay_ms;   /* 0 (off), 0..600000 */
-	int64_t retry_min_ms;    /* 5, 1..600000 */
-	int64_t retry_max_ms;    /* 1000, 1..600000, >= retry_min_ms */
-	double clock_drift;      /* 0.01, 0.0..0.5 */
+	int64_t max_hold_ms;	 /* 0 (none), 0..(2^31-1)*1000 */
+	int64_t lock_delay_ms;	 /* 0 (off), 0..600000 */
+	int64_t retry_min_ms;	 /* 5, 1..600000 */
+	int64_t retry_max_ms;	 /* 1000, 1..600000, >= retry_min_ms */
+	double clock_drift;	 /* 0.01, 0.0..0.5 */
 };
 
 struct config_limits {
-	int max_clients;          /* 1024, 1..1000000 */
-	int max_line;             /* 512, 64..65536 */
+	int max_clients;	  /* 1024, 1..1000000 */
+	int max_line;		  /* 512, 64..65536 */
 	int max_locks_per_client; /* 64, 1..1000000 */
-	int max_pending;          /* 32, 1..100000 */
-	int max_waiters;          /* 100000, 1..10000000 */
-	int idle_timeout_s;       /* 0 (none), 0..(86400*365) */
-	int auth_timeout_s;       /* 10, 1..3600 */
+	int max_pending;	  /* 32, 1..100000 */
+	int max_waiters;	  /* 100000, 1..10000000 */
+	int idle_timeout_s;	  /* 0 (none), 0..(86400*365) */
+	int auth_timeout_s;	  /* 10, 1..3600 */
 };
 
 struct config_auth {
-	char *secret;       /* "" = no AUTH; wiped before free */
+	char *secret; /* "" = no AUTH; wiped before free */
 	char *secret_file;
 };
 
 struct config_log {
-	char *level;        /* "debug" | "info" | "warning" | "error" */
-	bool syslog;        /* false */
+	char *level; /* "debug" | "info" | "warning" | "error" */
+	bool syslog; /* false */
 };
 
 struct config_metrics {
-	bool enabled;       /* false */
-	char *address;      /* "127.0.0.1" */
-	int port;           /* 9878, 1..65535 */
+	bool enabled;  /* false */
+	char *address; /* "127.0.0.1" */
+	int port;      /* 9878, 1..65535 */
 };
 
 struct config {
-	char *path;         /* the file it was read from, NULL for defaults */
+	char *path; /* the file it was read from, NULL for defaults */
 	struct config_listen listen;
 	struct config_redis redis;
 	struct config_locks locks;
@@ -97,8 +97,8 @@ void config_defaults(struct config *cf);
  * "FILE:LINE: KEY: reason" (or "FILE: reason" when there is no line) to err.
  * A missing file is an error only if must_exist.
  */
-int config_load(struct config *cf, const char *path, bool must_exist,
-    char *err, size_t errlen);
+int config_load(struct config *cf, const char *path, bool must_exist, char *err,
+    size_t errlen);
 
 /* Free every string (secrets wiped first). *cf is zeroed. */
 void config_free(struct config *cf);

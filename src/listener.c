@@ -31,7 +31,7 @@ static struct {
 	struct evconnlistener *l[LISTENER_MAX];
 	int n;
 	struct event *resume_ev;
-	char *unix_path;          /* removed again at close */
+	char *unix_path; /* removed again at close */
 } ls;
 
 static void
@@ -55,8 +55,8 @@ listener_error_cb(struct evconnlistener *l, void *arg)
 	struct timeval tv = { 0, LISTENER_BACKOFF_MS * 1000 };
 	int err = EVUTIL_SOCKET_ERROR();
 
-	log_warnx("accept: %s; pausing %d ms", evutil_socket_error_to_string(err),
-	    LISTENER_BACKOFF_MS);
+	log_warnx("accept: %s; pausing %d ms",
+	    evutil_socket_error_to_string(err), LISTENER_BACKOFF_MS);
 	for (int i = 0; i < ls.n; i++)
 		evconnlistener_disable(ls.l[i]);
 	evtimer_add(ls.resume_ev, &tv);
@@ -84,7 +84,8 @@ listener_tcp(void)
 	hints.ai_flags = AI_PASSIVE;
 	snprintf(port, sizeof port, "%d", cf->port);
 	if ((rc = getaddrinfo(cf->address, port, &hints, &res)) != 0) {
-		log_warnx("listen.address %s: %s", cf->address, gai_strerror(rc));
+		log_warnx(
+		    "listen.address %s: %s", cf->address, gai_strerror(rc));
 		return -1;
 	}
 	l = evconnlistener_new_bind(ls.base, listener_accept_cb, NULL,
@@ -144,8 +145,8 @@ listener_unix(void)
 			close(fd);
 		return -1;
 	}
-	l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
-	    LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	l = evconnlistener_new(
+	    ls.base, listener_accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (l == NULL) {
 		close(fd);
 		return -1;

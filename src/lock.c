@@ -73,11 +73,11 @@ struct lock_req {
 	struct lock_owner *owner; /* NULL once the owner went away */
 	char *name;
 	char token[PROTO_TOKEN_MAX + 1];
-	bool own_token;           /* we made the token, nobody else has it */
+	bool own_token; /* we made the token, nobody else has it */
 	enum lock_kind kind;
 	uint64_t ttl_ms;
 	uint64_t fence;
-	uint64_t start_ms;        /* monotonic, read before sending */
+	uint64_t start_ms; /* monotonic, read before sending */
 };
 
 /* The holds of all owners by lock name, to act on a TOKEN from anywhere. */
@@ -117,7 +117,8 @@ lock_names_grow(void)
 	for (size_t i = 0; i < lk.nbuckets; i++) {
 		while ((ln = LIST_FIRST(&lk.buckets[i])) != NULL) {
 			LIST_REMOVE(ln, entry);
-			LIST_INSERT_HEAD(&b[lock_hash(ln->name) % n], ln, entry);
+			LIST_INSERT_HEAD(
+			    &b[lock_hash(ln->name) % n], ln, entry);
 		}
 	}
 	free(lk.buckets);
@@ -133,8 +134,8 @@ lock_name_find(const char *name, bool create)
 	size_t len;
 
 	LIST_FOREACH(ln, b, entry)
-		if (strcmp(ln->name, name) == 0)
-			return ln;
+	if (strcmp(ln->name, name) == 0)
+		return ln;
 	if (!create)
 		return NULL;
 	len = strlen(name);
@@ -175,8 +176,8 @@ lock_owner_find(struct lock_owner *o, const char *name)
 	struct lock_hold *h;
 
 	TAILQ_FOREACH(h, &o->holds, owner_entry)
-		if (strcmp(h->ln->name, name) == 0)
-			return h;
+	if (strcmp(h->ln->name, name) == 0)
+		return h;
 	return NULL;
 }
 
@@ -292,11 +293,12 @@ lock_redis_busy(const char *err)
 
 /* NULL and error replies become ERR UNAVAILABLE or ERR INTERNAL. */
 static bool
-lock_reply_failed(const struct lock_req *req, const redisReply *r,
-    struct lock_result *res)
+lock_reply_failed(
+    const struct lock_req *req, const redisReply *r, struct lock_result *res)
 {
 	if (r == NULL) {
-		lock_set_err(res, PERR_UNAVAILABLE, "Redis did not answer in time");
+		lock_set_err(
+		    res, PERR_UNAVAILABLE, "Redis did not answer in time");
 		return true;
 	}
 	if (r->type != REDIS_REPLY_ERROR)
@@ -347,8 +349,8 @@ lock_hold_new(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	h->kind = req->kind;
 	h->fence = fence;
 	h->ttl_ms = req->ttl_ms;
-	h->valid_until_ms = util_validity_end(req->start_ms, req->ttl_ms,
-	    lk.cf->locks.clock_drift);
+	h->valid_until_ms = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	snprintf(h->token, sizeof h->token, "%s", req->token);
 	return h;
 }
@@ -432,7 +434,8 @@ lock_release_reply(struct lock_req *req, const redisReply *r)
 		res.status = LOCK_OK;
 	} else {
 		STAT_INC(notheld_total);
-		lock_set_err(&res, PERR_NOTHELD, "the lock is not held by this token");
+		lock_set_err(
+		    &res, PERR_NOTHELD, "the lock is not held by this token");
 	}
 	lock_finish(req, &res);
 }
@@ -456,13 +459,15 @@ lock_extend_reply(struct lock_req *req, const redisReply *r)
 	if (r->integer != 1) {
 		lock_drop_token(req->name, req->token);
 		STAT_INC(notheld_total);
-		lock_set_err(&res, PERR_NOTHELD, "the lock is not held by this token");
+		lock_set_err(
+		    &res, PERR_NOTHELD, "the lock is not held by this token");
 		lock_finish(req, &res);
 		return;
 	}
 	STAT_INC(extends_total);
 	if ((ln = lock_name_find(req->name, false)) != NULL) {
-		LIST_FOREACH(h, &ln->holds, name_entry) {
+		LIST_FOREACH(h, &ln->holds, name_entry)
+		{
 			if (strcmp(h->token, req->token) != 0)
 				continue;
 			h->ttl_ms = req->ttl_ms;
@@ -531,8 +536,8 @@ lock_check_name(const char *name, struct lock_result *res)
 {
 	if (proto_valid_name(name))
 		return true;
-	lock_set_err(res, PERR_NAME,
-	    "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
+	lock_set_err(
+	    res, PERR_NAME, "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
 	return false;
 }
 
@@ -553,8 +558,9 @@ lock_check_ttl(uint64_t ttl_ms, struct lock_result *res)
 	if (ttl_ms >= (uint64_t)lk.cf->locks.min_ttl_ms &&
 	    ttl_ms <= (uint64_t)lk.cf->locks.max_ttl_ms)
 		return true;
-	snprintf(text, sizeof text, "ttl must be between %" PRId64 " and %" PRId64
-	    " ms", lk.cf->locks.min_ttl_ms, lk.cf->locks.max_ttl_ms);
+	snprintf(text, sizeof text,
+	    "ttl must be between %" PRId64 " and %" PRId64 " ms",
+	    lk.cf->locks.min_ttl_ms, lk.cf->locks.max_ttl_ms);
 	lock_set_err(res, PERR_ARGS, text);
 	return false;
 }
@@ -578,13 +584,16 @@ lock_acquire(struct lock_owner *o, const char *name,
 	}
 	/* Only the holding token may ask again (and gets its fence back). */
 	h = lock_owner_find(o, name);
-	if (h != NULL && (a->token == NULL || strcmp(a->token, h->token) != 0)) {
-		lock_set_err(res, PERR_HELD, "this connection holds it already");
+	if (h != NULL &&
+	    (a->token == NULL || strcmp(a->token, h->token) != 0)) {
+		lock_set_err(
+		    res, PERR_HELD, "this connection holds it already");
 		return -1;
 	}
 	if (h == NULL &&
 	    o->nholds >= (unsigned)lk.cf->limits.max_locks_per_client) {
-		lock_set_err(res, PERR_LIMIT, "too many locks on this connection");
+		lock_set_err(
+		    res, PERR_LIMIT, "too many locks on this connection");
 		return -1;
 	}
 	req = lock_req_new(OP_ACQUIRE, o, name);
@@ -597,7 +606,8 @@ lock_acquire(struct lock_owner *o, const char *name,
 	req->kind = a->ttl_ms == 0 ? LOCK_SESSION
 	    : a->keep		   ? LOCK_KEEP
 				   : LOCK_FIXED;
-	req->ttl_ms = a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
+	req->ttl_ms =
+	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
 	snprintf(ttl, sizeof ttl, "%" PRIu64, req->ttl_ms);
 	args[0] = req->token;
 	args[1] = ttl;
@@ -618,7 +628,8 @@ lock_token_for(struct lock_owner *o, const char *name, const char *token,
 		return token;
 	if ((h = lock_owner_find(o, name)) == NULL) {
 		STAT_INC(notheld_total);
-		lock_set_err(res, PERR_NOTHELD, "this connection does not hold it");
+		lock_set_err(
+		    res, PERR_NOTHELD, "this connection does not hold it");
 		return NULL;
 	}
 	return h->token;
@@ -665,8 +676,8 @@ lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 {
 	if (!lock_check_name(name, res))
 		return -1;
-	lock_send(lock_req_new(OP_STATUS, o, name), &lock_script_status, 2, 0,
-	    NULL);
+	lock_send(
+	    lock_req_new(OP_STATUS, o, name), &lock_script_status, 2, 0, NULL);
 	return 0;
 }
 
@@ -685,8 +696,8 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 }
 
 void
-lock_owner_init(struct lock_owner *o, uint64_t id,
-    const struct lock_owner_ops *ops)
+lock_owner_init(
+    struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops)
 {
 	memset(o, 0, sizeof *o);
 	o->id = id;

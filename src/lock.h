@@ -25,12 +25,12 @@ enum lock_status { LOCK_OK, LOCK_TIMEOUT, LOCK_FREE, LOCK_HELD, LOCK_ERR };
 
 struct lock_result {
 	enum lock_status status;
-	enum proto_err err;     /* LOCK_ERR */
-	const char *errtext;    /* LOCK_ERR */
-	uint64_t fence;         /* ACQUIRE granted, STATUS held, VALIDATE */
-	uint64_t ttl_ms;        /* ACQUIRE granted, EXTEND, STATUS held */
-	const char *token;      /* ACQUIRE granted */
-	bool valid;             /* VALIDATE: the fence is the holder's */
+	enum proto_err err;  /* LOCK_ERR */
+	const char *errtext; /* LOCK_ERR */
+	uint64_t fence;	     /* ACQUIRE granted, STATUS held, VALIDATE */
+	uint64_t ttl_ms;     /* ACQUIRE granted, EXTEND, STATUS held */
+	const char *token;   /* ACQUIRE granted */
+	bool valid;	     /* VALIDATE: the fence is the holder's */
 };
 
 struct lock_owner;
@@ -51,7 +51,7 @@ struct lock_owner {
 	const struct lock_owner_ops *ops;
 	TAILQ_HEAD(, lock_hold) holds; /* in grant order, for LOCKS */
 	unsigned nholds;
-	struct lock_req *pending;      /* the request in flight, or NULL */
+	struct lock_req *pending; /* the request in flight, or NULL */
 };
 
 /* One lock held by one owner, as LOCKS shows it. */
@@ -68,17 +68,17 @@ struct lock_hold {
 };
 
 struct lock_acquire_args {
-	uint64_t ttl_ms;    /* 0: a session lock on locks.lease_ms */
-	int64_t wait_ms;    /* 0 = try once; -1 = forever */
+	uint64_t ttl_ms; /* 0: a session lock on locks.lease_ms */
+	int64_t wait_ms; /* 0 = try once; -1 = forever */
 	bool keep;
-	const char *token;  /* NULL: the broker makes one */
+	const char *token; /* NULL: the broker makes one */
 };
 
 void lock_init(struct event_base *base, const struct config *cf);
 void lock_shutdown(void);
 
-void lock_owner_init(struct lock_owner *o, uint64_t id,
-    const struct lock_owner_ops *ops);
+void lock_owner_init(
+    struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops);
 /* The owner is going away: release what it held, forget its request. */
 void lock_owner_gone(struct lock_owner *o);
 
@@ -92,8 +92,8 @@ int lock_release(struct lock_owner *o, const char *name, const char *token,
     struct lock_result *res);
 int lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
     const char *token, struct lock_result *res);
-int lock_status(struct lock_owner *o, const char *name,
-    struct lock_result *res);
+int lock_status(
+    struct lock_owner *o, const char *name, struct lock_result *res);
 int lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
     struct lock_result *res);
 

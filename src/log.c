@@ -80,8 +80,8 @@ log_emit(enum log_level level, const char *fmt, va_list ap)
 	fputc('\n', stderr);
 }
 
-static void
-log_line(enum log_level level, const char *fmt, ...) LB_PRINTF(2, 3);
+static void log_line(enum log_level level, const char *fmt, ...)
+    LB_PRINTF(2, 3);
 
 static void
 log_line(enum log_level level, const char *fmt, ...)

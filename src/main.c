@@ -37,8 +37,7 @@ static struct {
 	bool stopping;
 } m;
 
-static void __attribute__((noreturn))
-usage(int code)
+static void __attribute__((noreturn)) usage(int code)
 {
 	fprintf(code == 0 ? stdout : stderr,
 	    "usage: lockbrokerd [-htV] [-c file]\n"
@@ -84,7 +83,8 @@ main_stop_cb(evutil_socket_t sig, short what, void *arg)
 	main_notify("STOPPING=1");
 	listener_close();
 	client_close_all();
-	m.drain_deadline_ms = mono_ms() + (uint64_t)m.cf.redis.command_timeout_ms;
+	m.drain_deadline_ms =
+	    mono_ms() + (uint64_t)m.cf.redis.command_timeout_ms;
 	main_drain_cb(-1, 0, NULL);
 }
 
@@ -176,8 +176,8 @@ main(int argc, char **argv)
 		config_free(&m.cf);
 		return 0;
 	}
-	log_init((enum log_level)log_level_parse(m.cf.log.level),
-	    m.cf.log.syslog);
+	log_init(
+	    (enum log_level)log_level_parse(m.cf.log.level), m.cf.log.syslog);
 	if ((m.base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
 	main_signals();

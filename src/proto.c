@@ -100,9 +100,9 @@ proto_valid_token(const char *s)
 
 	for (; *s != '\0'; s++, n++) {
 		char ch = *s;
-		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
-		    ch == '-';
+		bool ok = (ch >= 'a' && ch <= 'z') ||
+		    (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		    ch == '_' || ch == '.' || ch == '-';
 
 		if (n == PROTO_TOKEN_MAX || !ok)
 			return false;

@@ -29,10 +29,10 @@ struct redisc_req {
 	redisc_cb *cb;
 	void *arg;
 	uint64_t deadline_ms;
-	bool answered;     /* cb has run; a late reply is only freed */
-	bool retried;      /* NOSCRIPT was answered by EVAL once already */
+	bool answered; /* cb has run; a late reply is only freed */
+	bool retried;  /* NOSCRIPT was answered by EVAL once already */
 	struct redisc_script *script;
-	int argc;          /* argv[0], argv[1] are the verb and sha/body */
+	int argc; /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;
 	size_t *lens;
 };
@@ -41,7 +41,7 @@ static struct {
 	struct event_base *base;
 	const struct config_redis *cf;
 	redisAsyncContext *ac;
-	bool up;           /* connect callback said OK */
+	bool up; /* connect callback said OK */
 	bool stopping;
 	unsigned attempts; /* failed connects in a row, for the back-off */
 	struct event *reconnect_ev;
@@ -136,8 +136,8 @@ redisc_fail_later(struct redisc_req *req)
 {
 	struct timeval zero = { 0, 0 };
 
-	if (event_base_once(rc.base, -1, EV_TIMEOUT, redisc_fail_later_cb, req,
-		&zero) != 0)
+	if (event_base_once(
+		rc.base, -1, EV_TIMEOUT, redisc_fail_later_cb, req, &zero) != 0)
 		fatalx("event_base_once failed");
 }
 
@@ -163,7 +163,8 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	/* SCRIPT FLUSH or a new server: run the body, which caches it again. */
 	if (redisc_is_noscript(reply) && !req->retried) {
 		STAT_INC(redis_noscript_total);
-		log_info("redis: script %s not cached (NOSCRIPT), sending it again",
+		log_info(
+		    "redis: script %s not cached (NOSCRIPT), sending it again",
 		    req->script->name);
 		req->retried = true;
 		if (redisc_send(req, false) == 0)
@@ -245,7 +246,8 @@ redisc_script_loaded_cb(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
 		log_warnx("redis: SCRIPT LOAD %s failed: %s", script->name,
-		    reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
+		    reply->type == REDIS_REPLY_ERROR ? reply->str
+						     : "bad reply");
 		return;
 	}
 	memcpy(script->sha, reply->str, 40);
@@ -299,12 +301,12 @@ redisc_queue_setup(void)
 		redisAsyncCommand(rc.ac, redisc_setup_cb, "AUTH", "AUTH %s %s",
 		    cf->username, pass);
 	else if (pass != NULL)
-		redisAsyncCommand(rc.ac, redisc_setup_cb, "AUTH", "AUTH %s",
-		    pass);
+		redisAsyncCommand(
+		    rc.ac, redisc_setup_cb, "AUTH", "AUTH %s", pass);
 	freezero_str(pass);
 	if (cf->db != 0)
-		redisAsyncCommand(rc.ac, redisc_setup_cb, "SELECT",
-		    "SELECT %d", cf->db);
+		redisAsyncCommand(
+		    rc.ac, redisc_setup_cb, "SELECT", "SELECT %d", cf->db);
 	for (int i = 0; i < rc.nscripts; i++)
 		redisAsyncCommand(rc.ac, redisc_script_loaded_cb, rc.scripts[i],
 		    "SCRIPT LOAD %s", rc.scripts[i]->body);
@@ -362,8 +364,8 @@ redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (ac == NULL || rc.up)
 		return;
-	log_warnx("redis: connect timed out after %d ms",
-	    rc.cf->connect_timeout_ms);
+	log_warnx(
+	    "redis: connect timed out after %d ms", rc.cf->connect_timeout_ms);
 	rc.ac = NULL;
 	redisAsyncFree(ac); /* not connected: no disconnect callback */
 	redisc_schedule_reconnect();
@@ -434,12 +436,13 @@ redisc_schedule_reconnect(void)
 void
 redisc_init(struct event_base *base, const struct config_redis *cf)
 {
+	memset(&rc, 0, sizeof rc);
 	rc.base = base;
 	rc.cf = cf;
 	TAILQ_INIT(&rc.inflight);
 	rc.reconnect_ev = evtimer_new(base, redisc_reconnect_cb, NULL);
-	rc.connect_timeout_ev = evtimer_new(base, redisc_connect_timeout_cb,
-	    NULL);
+	rc.connect_timeout_ev =
+	    evtimer_new(base, redisc_connect_timeout_cb, NULL);
 	rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL);
 	if (rc.reconnect_ev == NULL || rc.connect_timeout_ev == NULL ||
 	    rc.timeout_ev == NULL)

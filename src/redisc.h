@@ -25,7 +25,7 @@ typedef void redisc_cb(const redisReply *reply, void *arg);
 struct redisc_script {
 	const char *name; /* for logs */
 	const char *body;
-	char sha[41];     /* learnt from SCRIPT LOAD; "" until then */
+	char sha[41]; /* learnt from SCRIPT LOAD; "" until then */
 };
 
 void redisc_init(struct event_base *base, const struct config_redis *cf);

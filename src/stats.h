@@ -8,21 +8,21 @@
 #include <stdint.h>
 
 /* X(name, kind, help): kind is COUNTER (only grows) or GAUGE. */
-#define STATS_TABLE(X)                                                        \
-	X(connections_total, COUNTER, "client connections accepted")          \
+#define STATS_TABLE(X)                                                         \
+	X(connections_total, COUNTER, "client connections accepted")           \
 	X(connections_rejected, COUNTER, "connections refused by max_clients") \
-	X(clients, GAUGE, "clients connected now")                            \
-	X(commands_total, COUNTER, "requests processed")                      \
-	X(errors_total, COUNTER, "requests answered with ERR")                \
-	X(grants_total, COUNTER, "ACQUIREs granted")                          \
-	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")               \
-	X(releases_total, COUNTER, "locks released in Redis")                 \
-	X(extends_total, COUNTER, "leases extended")                          \
-	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")          \
-	X(locks_held, GAUGE, "locks held by this broker's clients")           \
-	X(redis_up, GAUGE, "1 while the Redis command connection is up")      \
-	X(redis_requests_total, COUNTER, "requests sent to Redis")            \
-	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")     \
+	X(clients, GAUGE, "clients connected now")                             \
+	X(commands_total, COUNTER, "requests processed")                       \
+	X(errors_total, COUNTER, "requests answered with ERR")                 \
+	X(grants_total, COUNTER, "ACQUIREs granted")                           \
+	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")                \
+	X(releases_total, COUNTER, "locks released in Redis")                  \
+	X(extends_total, COUNTER, "leases extended")                           \
+	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")           \
+	X(locks_held, GAUGE, "locks held by this broker's clients")            \
+	X(redis_up, GAUGE, "1 while the Redis command connection is up")       \
+	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
+	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
 	X(redis_connects_total, COUNTER, "successful Redis connections")
 
@@ -30,7 +30,7 @@ enum stats_id {
 #define STATS_ENUM(name, kind, help) STAT_##name,
 	STATS_TABLE(STATS_ENUM)
 #undef STATS_ENUM
-	STAT__COUNT
+	    STAT__COUNT
 };
 
 extern int64_t stats[STAT__COUNT];

@@ -78,6 +78,7 @@ util_secret_equal(const char *given, const char *secret)
 
 	/* Always walk all of given; index the secret modulo its length. */
 	for (size_t i = 0; i < glen && slen > 0; i++)
-		diff |= (unsigned char)given[i] ^ (unsigned char)secret[i % slen];
+		diff |=
+		    (unsigned char)given[i] ^ (unsigned char)secret[i % slen];
 	return diff == 0;
 }

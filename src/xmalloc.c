@@ -7,11 +7,10 @@
 
 #include "xmalloc.h"
 
-static void __attribute__((noreturn))
-xmalloc_die(size_t n, size_t size)
+static void __attribute__((noreturn)) xmalloc_die(size_t n, size_t size)
 {
-	fprintf(stderr, "lockbrokerd: out of memory allocating %zu x %zu bytes\n",
-	    n, size);
+	fprintf(stderr,
+	    "lockbrokerd: out of memory allocating %zu x %zu bytes\n", n, size);
 	abort();
 }
 

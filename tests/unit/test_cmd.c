@@ -98,13 +98,13 @@ static const struct {
 	{ "EXTEND x", "ERR ARGS usage: EXTEND <name> <ttl_ms> [TOKEN <t>]\n",
 	    CMD_DONE },
 	{ "PING\x01", "ERR PROTO control byte in request\n", CMD_DONE },
-	{ "a b c d e f g h i j k l m n o p q",
-	    "ERR ARGS more than 16 words\n", CMD_DONE },
+	{ "a b c d e f g h i j k l m n o p q", "ERR ARGS more than 16 words\n",
+	    CMD_DONE },
 	{ "ACQUIRE x TTL abc",
 	    "ERR ARGS TTL wants milliseconds, a plain decimal\n", CMD_DONE },
 	{ "ACQUIRE x TTL 0", "ERR ARGS TTL must be positive\n", CMD_DONE },
-	{ "ACQUIRE x TTL 5", "ERR ARGS ttl must be between 10 and 86400000 ms\n",
-	    CMD_DONE },
+	{ "ACQUIRE x TTL 5",
+	    "ERR ARGS ttl must be between 10 and 86400000 ms\n", CMD_DONE },
 	{ "ACQUIRE x KEEP", "ERR ARGS KEEP needs TTL\n", CMD_DONE },
 	{ "ACQUIRE x KEEP KEEP", "ERR ARGS bad or repeated option 'KEEP'\n",
 	    CMD_DONE },
@@ -122,8 +122,8 @@ static const struct {
 	{ "RELEASE x TICKET t", "ERR ARGS expected TOKEN <t>\n", CMD_DONE },
 	{ "EXTEND x 100", "ERR NOTHELD this connection does not hold it\n",
 	    CMD_DONE },
-	{ "EXTEND x -1", "ERR ARGS EXTEND wants milliseconds, a plain decimal\n",
-	    CMD_DONE },
+	{ "EXTEND x -1",
+	    "ERR ARGS EXTEND wants milliseconds, a plain decimal\n", CMD_DONE },
 	{ "VALIDATE x 0x1", "ERR ARGS a fence is a plain decimal\n", CMD_DONE },
 	{ "LOCKS", "END\n", CMD_DONE },
 };
@@ -147,8 +147,8 @@ START_TEST(test_name_errors)
 
 	memset(line + 7, 'n', 201);
 	out = run(line, &res);
-	ck_assert_str_eq(out,
-	    "ERR NAME a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF\n");
+	ck_assert_str_eq(
+	    out, "ERR NAME a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF\n");
 	free(out);
 }
 END_TEST
@@ -173,8 +173,8 @@ START_TEST(test_table)
 	}
 	ck_assert_ptr_null(cmd_lookup("ACQUIREX"));
 	ck_assert_ptr_null(cmd_lookup(""));
-	ck_assert(strlen(help) > 4 &&
-	    strcmp(help + strlen(help) - 4, "END\n") == 0);
+	ck_assert(
+	    strlen(help) > 4 && strcmp(help + strlen(help) - 4, "END\n") == 0);
 	free(help);
 }
 END_TEST

@@ -162,7 +162,8 @@ END_TEST
 START_TEST(test_validity_end)
 {
 	/* start + ttl * (1 - drift) - 2 ms */
-	ck_assert_uint_eq(util_validity_end(1000, 10000, 0.01), 1000 + 9900 - 2);
+	ck_assert_uint_eq(
+	    util_validity_end(1000, 10000, 0.01), 1000 + 9900 - 2);
 	ck_assert_uint_eq(util_validity_end(0, 300, 0.0), 298);
 	ck_assert_uint_eq(util_validity_end(500, 2, 0.0), 500);
 	ck_assert_uint_eq(util_validity_end(500, 1, 0.5), 500);
@@ -206,7 +207,8 @@ secret_time(const char *given, const char *secret, int rounds)
 		sink += util_secret_equal(given, secret);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	(void)sink;
-	return (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+	return (double)(b.tv_sec - a.tv_sec) * 1e9 +
+	    (double)(b.tv_nsec - a.tv_nsec);
 }
 
 /*
