@@ -37,6 +37,7 @@ struct client {
 	bool busy;    /* a request is in flight */
 	bool closing; /* flush the output, then free */
 	bool eof;     /* the peer is done sending; finish, close */
+	bool quit;    /* closed by QUIT (or AUTH), not vanished */
 };
 
 static struct {
@@ -49,7 +50,7 @@ static struct {
 	size_t line_size;
 } cl;
 
-static void client_free(struct client *c);
+static void client_free(struct client *c, bool vanished);
 
 static void
 client_peer_name(char *buf, size_t len, const struct sockaddr *sa)
@@ -139,6 +140,7 @@ client_process(struct client *c)
 			c->busy = true;
 			break;
 		case CMD_CLOSE:
+			c->quit = true;
 			client_close(c);
 			break;
 		}
@@ -158,7 +160,7 @@ client_write_cb(struct bufferevent *bev, void *arg)
 	struct client *c = arg;
 
 	if (c->closing)
-		client_free(c);
+		client_free(c, !c->quit);
 }
 
 /*
@@ -173,7 +175,7 @@ client_event_cb(struct bufferevent *bev, short what, void *arg)
 	if (what & BEV_EVENT_ERROR) {
 		log_debug("client %" PRIu64 " [%s]: %s", c->s.id, c->peer,
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-		client_free(c);
+		client_free(c, true);
 		return;
 	}
 	log_debug("client %" PRIu64 " [%s]: end of input", c->s.id, c->peer);
@@ -192,7 +194,7 @@ client_process_cb(evutil_socket_t fd, short what, void *arg)
 		client_process(c);
 	if (c->closing &&
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		client_free(c);
+		client_free(c, !c->quit);
 }
 
 /* The lock engine answered: the next line may run, from the loop. */
@@ -251,13 +253,14 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	log_debug("client %" PRIu64 " [%s]: connected", c->s.id, c->peer);
 }
 
+/* vanished: the peer went without QUIT; its locks get the lock delay. */
 static void
-client_free(struct client *c)
+client_free(struct client *c, bool vanished)
 {
 	TAILQ_REMOVE(&cl.all, c, entry);
 	cl.count--;
 	STAT_SET(clients, cl.count);
-	cmd_session_end(&c->s);
+	cmd_session_end(&c->s, vanished);
 	bufferevent_free(c->bev);
 	event_free(c->process_ev);
 	free(c);
@@ -269,7 +272,7 @@ client_close_all(void)
 	struct client *c;
 
 	while ((c = TAILQ_FIRST(&cl.all)) != NULL)
-		client_free(c);
+		client_free(c, false);
 }
 
 void

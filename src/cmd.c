@@ -214,9 +214,8 @@ cmd_acquire_opts(
 			return -1;
 		}
 	}
-	/* Waiting comes with the lock queues; until then every ACQUIRE is
-	 * WAIT 0, which is also what a waiting request reduces to. */
-	a->wait_ms = 0;
+	/* Without WAIT, the configured default (-1: as long as it takes). */
+	a->wait_ms = seen_wait ? (int64_t)wait : cmds.cf->locks.default_wait_ms;
 	return 0;
 }
 
@@ -427,9 +426,9 @@ cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
 }
 
 void
-cmd_session_end(struct session *s)
+cmd_session_end(struct session *s, bool vanished)
 {
-	lock_owner_gone(&s->owner);
+	lock_owner_gone(&s->owner, vanished);
 }
 
 /* The secret file's first line, without its newline; NULL on error. */

@@ -52,7 +52,8 @@ const struct cmd_entry *cmd_lookup(const char *verb);
 
 void cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
     session_resume_fn *resume, void *ctx);
-void cmd_session_end(struct session *s);
+/* The connection is gone; vanished: without QUIT or a stop of ours. */
+void cmd_session_end(struct session *s, bool vanished);
 
 /* Run one line (without its LF; line[len] must be writable). */
 enum cmd_result cmd_execute(struct session *s, char *line, size_t len);

@@ -1,8 +1,8 @@
 /*
- * lock: the lock engine. Every decision that must be atomic (grant and fence,
- * compare-and-delete, compare-and-extend) is a Lua script run in Redis; this
- * file keeps what the broker's own clients hold so it can list, release and
- * extend it, and clean up when a client goes away.
+ * lock: the lock engine. Decisions that must be atomic are lockdb's scripts;
+ * this file keeps what this broker's clients hold and wait for: a FIFO of
+ * waiters per name whose head alone retries, session leases renewed from
+ * our own timers, and EVENT LOST the moment a lease can no longer be trusted.
  */
 #include <sys/queue.h>
 
@@ -11,90 +11,76 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "config.h"
 #include "lock.h"
+#include "lockdb.h"
 #include "log.h"
 #include "redisc.h"
 #include "stats.h"
 #include "xmalloc.h"
 
-/*
- * Grant: SET NX PX and the fence INCR in one script, so a grant and its fence
- * can never be split, and two grants can never share a fence. The holder's
- * fence is the counter's value: nothing increments it while the key exists.
- * The same token asking again gets its own fence back (a retried request
- * grants once) and its lease set to the new ttl.
- * KEYS: lock, fence. ARGV: token, ttl. Returns {1, fence} or {0, pttl}.
- */
-static struct redisc_script lock_script_acquire = { "acquire",
-	"local cur = redis.call('GET', KEYS[1])\n"
-	"if cur == ARGV[1] then\n"
-	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
-	"end\n"
-	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
-	"end\n"
-	"return {0, redis.call('PTTL', KEYS[1])}\n",
-	"" };
-
-/* Compare-and-delete, then tell other brokers' waiters. KEYS: lock.
- * ARGV: token, channel, name. Returns 1 if released, 0 if not ours. */
-static struct redisc_script lock_script_release = { "release",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('DEL', KEYS[1])\n"
-	"  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
-	"  return 1\n"
-	"end\n"
-	"return 0\n",
-	"" };
-
-/* Compare-and-PEXPIRE. KEYS: lock. ARGV: token, ttl. Returns 1 or 0. */
-static struct redisc_script lock_script_extend = { "extend",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"end\n"
-	"return 0\n",
-	"" };
-
-/* KEYS: lock, fence. Returns {0} when free, else {1, pttl, fence}. */
-static struct redisc_script lock_script_status = { "status",
-	"local t = redis.call('PTTL', KEYS[1])\n"
-	"if t == -2 then return {0} end\n"
-	"return {1, t, tonumber(redis.call('GET', KEYS[2]) or '0')}\n",
-	"" };
-
-enum lock_op { OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_STATUS, OP_VALIDATE };
-
-/* One request in Redis. It never points at a hold: holds are found again by
- * name and token when the reply comes, since they may be gone by then. */
-struct lock_req {
-	enum lock_op op;
-	struct lock_owner *owner; /* NULL once the owner went away */
-	char *name;
-	char token[PROTO_TOKEN_MAX + 1];
-	bool own_token; /* we made the token, nobody else has it */
-	enum lock_kind kind;
-	uint64_t ttl_ms;
-	uint64_t fence;
-	uint64_t start_ms; /* monotonic, read before sending */
+enum lock_op {
+	OP_ACQUIRE,
+	OP_RELEASE,
+	OP_EXTEND,
+	OP_STATUS,
+	OP_VALIDATE,
+	OP_RENEW,  /* a session lease, for its hold */
+	OP_ORPHAN, /* a release (or lock-delay) nobody waits for */
 };
 
-/* The holds of all owners by lock name, to act on a TOKEN from anywhere. */
+/*
+ * One request. An ACQUIRE is also a waiter: it sits in its name's queue
+ * until granted, refused (WAIT 0), or its deadline. A request never frees
+ * while lockdb holds it (in_flight); its owner may leave meanwhile.
+ */
+struct lock_req {
+	TAILQ_ENTRY(lock_req) queue_entry;
+	enum lock_op op;
+	struct lock_owner *owner; /* NULL once nobody waits for the answer */
+	struct lock_name *ln;	  /* referenced */
+	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
+	char token[PROTO_TOKEN_MAX + 1];
+	bool own_token; /* the broker made it: nobody else knows it */
+	bool queued;
+	bool in_flight;
+	enum lock_kind kind;
+	uint64_t ttl_ms;
+	uint64_t fence; /* OP_VALIDATE */
+	int64_t wait_ms;
+	uint64_t start_ms; /* monotonic, read before sending */
+	struct event *deadline_ev;
+};
+
+/* Per name: the local holds and the local queue, alive while referenced. */
 struct lock_name {
 	LIST_ENTRY(lock_name) entry;
 	LIST_HEAD(, lock_hold) holds;
+	TAILQ_HEAD(, lock_req) waiters;
+	unsigned refs;
+	struct event *retry_ev; /* the head's next attempt */
+	uint64_t backoff_ms;
+	bool attempting; /* the head's attempt is in Redis */
+	bool kicked;	 /* a release was seen while it was */
 	char name[];
 };
 LIST_HEAD(lock_bucket, lock_name);
 
 static struct {
+	struct event_base *base;
 	const struct config *cf;
 	struct lock_bucket *buckets;
 	size_t nbuckets;
 	size_t nnames;
-	char channel[128];
+	unsigned nwaiters;
 } lk;
+
+static void lock_attempt(struct lock_name *ln);
+static void lock_kick(struct lock_name *ln);
+
+/* --- the name table ---------------------------------------------------- */
 
 /* FNV-1a: names are short and untrusted; this is only a table index. */
 static size_t
@@ -127,36 +113,152 @@ lock_names_grow(void)
 }
 
 static struct lock_name *
-lock_name_find(const char *name, bool create)
+lock_name_find(const char *name)
 {
-	struct lock_bucket *b = &lk.buckets[lock_hash(name) % lk.nbuckets];
 	struct lock_name *ln;
-	size_t len;
 
-	LIST_FOREACH(ln, b, entry)
+	LIST_FOREACH(ln, &lk.buckets[lock_hash(name) % lk.nbuckets], entry)
 	if (strcmp(ln->name, name) == 0)
 		return ln;
-	if (!create)
-		return NULL;
-	len = strlen(name);
-	ln = xcalloc(1, sizeof *ln + len + 1);
-	memcpy(ln->name, name, len + 1);
-	LIST_INIT(&ln->holds);
-	LIST_INSERT_HEAD(b, ln, entry);
-	if (++lk.nnames > lk.nbuckets)
-		lock_names_grow();
+	return NULL;
+}
+
+static void lock_retry_cb(evutil_socket_t, short, void *);
+
+/* Find or make the entry for name, and take a reference on it. */
+static struct lock_name *
+lock_name_ref(const char *name)
+{
+	struct lock_name *ln = lock_name_find(name);
+	size_t len;
+
+	if (ln == NULL) {
+		len = strlen(name);
+		ln = xcalloc(1, sizeof *ln + len + 1);
+		memcpy(ln->name, name, len + 1);
+		LIST_INIT(&ln->holds);
+		TAILQ_INIT(&ln->waiters);
+		ln->retry_ev = evtimer_new(lk.base, lock_retry_cb, ln);
+		if (ln->retry_ev == NULL)
+			fatalx("lock: evtimer_new failed");
+		LIST_INSERT_HEAD(
+		    &lk.buckets[lock_hash(name) % lk.nbuckets], ln, entry);
+		if (++lk.nnames > lk.nbuckets)
+			lock_names_grow();
+	}
+	ln->refs++;
 	return ln;
 }
 
-/* Entries live only while some local hold needs them. */
 static void
 lock_name_unref(struct lock_name *ln)
 {
-	if (!LIST_EMPTY(&ln->holds))
+	if (--ln->refs > 0)
 		return;
 	LIST_REMOVE(ln, entry);
 	lk.nnames--;
+	event_free(ln->retry_ev);
 	free(ln);
+}
+
+/* --- requests ------------------------------------------------------------ */
+
+static struct lock_req *
+lock_req_new(
+    enum lock_op op, struct lock_owner *o, const char *name, const char *token)
+{
+	struct lock_req *req = xcalloc(1, sizeof *req);
+
+	req->op = op;
+	req->owner = o;
+	req->ln = lock_name_ref(name);
+	if (token != NULL)
+		snprintf(req->token, sizeof req->token, "%s", token);
+	if (o != NULL)
+		o->pending = req;
+	req->start_ms = mono_ms();
+	return req;
+}
+
+static void
+lock_req_free(struct lock_req *req)
+{
+	if (req->deadline_ev != NULL)
+		event_free(req->deadline_ev);
+	lock_name_unref(req->ln);
+	free(req);
+}
+
+/* Answer the owner (once); the request itself may live on in Redis. */
+static void
+lock_answer(struct lock_req *req, const struct lock_result *res)
+{
+	struct lock_owner *o = req->owner;
+
+	if (o == NULL)
+		return;
+	req->owner = NULL;
+	o->pending = NULL;
+	o->ops->done(o, res);
+}
+
+static void
+lock_answer_status(struct lock_req *req, enum lock_status st)
+{
+	struct lock_result res = { .status = st };
+
+	lock_answer(req, &res);
+}
+
+static void
+lock_set_err(struct lock_result *res, enum proto_err err, const char *text)
+{
+	memset(res, 0, sizeof *res);
+	res->status = LOCK_ERR;
+	res->err = err;
+	res->errtext = text;
+}
+
+static void
+lock_answer_err(struct lock_req *req, enum proto_err err, const char *text)
+{
+	struct lock_result res;
+
+	lock_set_err(&res, err, text);
+	lock_answer(req, &res);
+}
+
+/* UNAVAILABLE and INTERNAL replies, the same for every request. */
+static void
+lock_answer_db_error(struct lock_req *req, enum lockdb_status st)
+{
+	if (st == LDB_UNAVAILABLE)
+		lock_answer_err(
+		    req, PERR_UNAVAILABLE, "Redis did not answer in time");
+	else
+		lock_answer_err(
+		    req, PERR_INTERNAL, "unexpected reply from Redis");
+}
+
+/* --- holds --------------------------------------------------------------- */
+
+static void
+lock_timer(struct event *ev, uint64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000),
+		(suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(ev, &tv);
+}
+
+/* Re-arm the expiry timer for the hold's trusted end. */
+static void
+lock_hold_arm(struct lock_hold *h)
+{
+	uint64_t now = mono_ms();
+
+	lock_timer(h->expire_ev,
+	    h->valid_until_ms > now ? h->valid_until_ms - now : 0);
 }
 
 static void
@@ -165,6 +267,13 @@ lock_hold_free(struct lock_hold *h)
 	TAILQ_REMOVE(&h->owner->holds, h, owner_entry);
 	h->owner->nholds--;
 	LIST_REMOVE(h, name_entry);
+	if (h->renewing != NULL)
+		h->renewing->hold = NULL;
+	event_free(h->expire_ev);
+	if (h->renew_ev != NULL)
+		event_free(h->renew_ev);
+	if (h->maxhold_ev != NULL)
+		event_free(h->maxhold_ev);
 	lock_name_unref(h->ln);
 	STAT_DEC(locks_held);
 	free(h);
@@ -181,170 +290,155 @@ lock_owner_find(struct lock_owner *o, const char *name)
 	return NULL;
 }
 
-/* Keys exactly as DESIGN.md §5: <prefix>{<name>} and <prefix>{<name>}:fence. */
-static size_t
-lock_key(char *buf, size_t len, const char *name, bool fence)
+/* Release for nobody in particular; a vanished holder's lock is kept for
+ * lock_delay_ms instead (Chubby's lock-delay), by shortening its lease. */
+static void lock_orphan_cb(const struct lockdb_reply *r, void *arg);
+
+static void
+lock_release_orphan(const char *name, const char *token, bool vanished)
 {
-	int n = snprintf(buf, len, "%s{%s}%s", lk.cf->redis.prefix, name,
-	    fence ? ":fence" : "");
+	struct lock_req *req = lock_req_new(OP_ORPHAN, NULL, name, token);
+	uint64_t delay = (uint64_t)lk.cf->locks.lock_delay_ms;
 
-	return (size_t)n;
-}
-
-static void lock_reply_cb(const redisReply *reply, void *arg);
-
-static struct lock_req *
-lock_req_new(enum lock_op op, struct lock_owner *o, const char *name)
-{
-	struct lock_req *req = xcalloc(1, sizeof *req);
-
-	req->op = op;
-	req->owner = o;
-	req->name = xstrdup(name);
-	if (o != NULL)
-		o->pending = req;
-	return req;
+	req->in_flight = true;
+	if (vanished && delay > 0)
+		lockdb_extend(name, token, delay, lock_orphan_cb, req);
+	else
+		lockdb_release(name, token, lock_orphan_cb, req);
 }
 
 static void
-lock_req_free(struct lock_req *req)
+lock_orphan_cb(const struct lockdb_reply *r, void *arg)
 {
-	free(req->name);
-	free(req);
-}
+	struct lock_req *req = arg;
 
-/* Send req's script: keys (lock[, fence]) then the string arguments. */
-static void
-lock_send(struct lock_req *req, struct redisc_script *script, int nkeys,
-    int nargs, const char *const *args)
-{
-	char key[512], fkey[512];
-	const char *argv[8];
-	size_t lens[8];
-	int n = 0;
-
-	lens[n] = lock_key(key, sizeof key, req->name, false);
-	argv[n++] = key;
-	if (nkeys == 2) {
-		lens[n] = lock_key(fkey, sizeof fkey, req->name, true);
-		argv[n++] = fkey;
-	}
-	for (int i = 0; i < nargs; i++) {
-		lens[n] = strlen(args[i]);
-		argv[n++] = args[i];
-	}
-	req->start_ms = mono_ms();
-	redisc_eval(script, nkeys, n, argv, lens, lock_reply_cb, req);
-}
-
-static void
-lock_send_release(struct lock_req *req)
-{
-	const char *args[] = { req->token, lk.channel, req->name };
-
-	lock_send(req, &lock_script_release, 1, 3, args);
-}
-
-/* Release in Redis for nobody in particular: a client went away. */
-static void
-lock_release_orphan(const char *name, const char *token)
-{
-	struct lock_req *req = lock_req_new(OP_RELEASE, NULL, name);
-
-	snprintf(req->token, sizeof req->token, "%s", token);
-	lock_send_release(req);
-}
-
-/* res may point into req (the token), so req is freed last. */
-static void
-lock_finish(struct lock_req *req, const struct lock_result *res)
-{
-	struct lock_owner *o = req->owner;
-
-	if (o != NULL) {
-		o->pending = NULL;
-		o->ops->done(o, res);
+	if (r->status == LDB_OK) {
+		STAT_INC(releases_total);
+		lock_kick(req->ln);
 	}
 	lock_req_free(req);
 }
 
+static const char *const lock_lost_reasons[] = { "expired", "stolen",
+	"unavailable", "maxhold" };
+enum lock_lost { LOST_EXPIRED, LOST_STOLEN, LOST_UNAVAILABLE, LOST_MAXHOLD };
+
+/*
+ * The hold is no longer ours to trust: tell its owner, forget it, and let
+ * the local queue try. A lease we gave up on is released in Redis too (it is
+ * still ours there until it runs out); a stolen one is not ours to touch.
+ */
 static void
-lock_set_err(struct lock_result *res, enum proto_err err, const char *text)
+lock_lost(struct lock_hold *h, enum lock_lost why)
 {
-	memset(res, 0, sizeof *res);
-	res->status = LOCK_ERR;
-	res->err = err;
-	res->errtext = text;
-}
+	struct lock_owner *o = h->owner;
+	struct lock_name *ln = h->ln;
+	uint64_t fence = h->fence;
 
-/* Replies that mean "Redis cannot serve now", as opposed to a bug. */
-static bool
-lock_redis_busy(const char *err)
-{
-	static const char *const busy[] = { "LOADING", "BUSY", "READONLY",
-		"MASTERDOWN", "OOM", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
-		"NOAUTH", "WRONGPASS" };
-
-	for (size_t i = 0; i < sizeof busy / sizeof busy[0]; i++)
-		if (strncmp(err, busy[i], strlen(busy[i])) == 0)
-			return true;
-	return false;
-}
-
-/* NULL and error replies become ERR UNAVAILABLE or ERR INTERNAL. */
-static bool
-lock_reply_failed(
-    const struct lock_req *req, const redisReply *r, struct lock_result *res)
-{
-	if (r == NULL) {
-		lock_set_err(
-		    res, PERR_UNAVAILABLE, "Redis did not answer in time");
-		return true;
-	}
-	if (r->type != REDIS_REPLY_ERROR)
-		return false;
-	log_warnx("redis: lock %s: %s", req->name, r->str);
-	if (lock_redis_busy(r->str))
-		lock_set_err(res, PERR_UNAVAILABLE, "Redis cannot serve now");
-	else
-		lock_set_err(res, PERR_INTERNAL, "unexpected reply from Redis");
-	return true;
-}
-
-/* The scripts' array replies hold integers; anything else is a bug. */
-static bool
-lock_reply_ints(const redisReply *r, size_t min, long long *v)
-{
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < min)
-		return false;
-	for (size_t i = 0; i < r->elements && i < 3; i++) {
-		if (r->element[i]->type != REDIS_REPLY_INTEGER)
-			return false;
-		v[i] = r->element[i]->integer;
-	}
-	return true;
+	stats[STAT_lost_expired_total + why]++;
+	log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s", o->id,
+	    ln->name, fence, lock_lost_reasons[why]);
+	ln->refs++;
+	if (why != LOST_STOLEN)
+		lock_release_orphan(ln->name, h->token, why == LOST_MAXHOLD);
+	lock_hold_free(h);
+	o->ops->lost(o, ln->name, fence, lock_lost_reasons[why]);
+	lock_kick(ln);
+	lock_name_unref(ln);
 }
 
 static void
-lock_bad_reply(struct lock_req *req, struct lock_result *res)
+lock_expire_cb(evutil_socket_t fd, short what, void *arg)
 {
-	log_warnx("redis: lock %s: malformed script reply", req->name);
-	lock_set_err(res, PERR_INTERNAL, "unexpected reply from Redis");
+	struct lock_hold *h = arg;
+
+	/* A session lease ends only when renewals stopped getting through. */
+	lock_lost(h, h->kind == LOCK_SESSION ? LOST_UNAVAILABLE : LOST_EXPIRED);
 }
 
+static void
+lock_maxhold_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lock_lost(arg, LOST_MAXHOLD);
+}
+
+static void lock_renew_cb(const struct lockdb_reply *r, void *arg);
+
+/* Every lease/3: push the session lease out again, compare-and-PEXPIRE. */
+static void
+lock_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lock_hold *h = arg;
+	struct lock_req *req;
+
+	if (h->renewing != NULL)
+		return; /* the last one is still out; its answer decides */
+	req = lock_req_new(OP_RENEW, NULL, h->ln->name, h->token);
+	req->hold = h;
+	req->in_flight = true;
+	h->renewing = req;
+	lockdb_extend(h->ln->name, h->token, (uint64_t)lk.cf->locks.lease_ms,
+	    lock_renew_cb, req);
+}
+
+static void
+lock_renew_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_hold *h = req->hold;
+
+	if (h != NULL) {
+		h->renewing = NULL;
+		if (r->status == LDB_OK) {
+			STAT_INC(renewals_total);
+			h->valid_until_ms = util_validity_end(req->start_ms,
+			    (uint64_t)lk.cf->locks.lease_ms,
+			    lk.cf->locks.clock_drift);
+			lock_hold_arm(h);
+		} else if (r->status == LDB_NO) {
+			lock_lost(h, LOST_STOLEN);
+		} else {
+			/* Try again at the next tick; expiry decides. */
+			STAT_INC(renewal_failures_total);
+		}
+	}
+	lock_req_free(req);
+}
+
+static struct event *
+lock_hold_event(struct lock_hold *h, event_callback_fn fn, bool persist)
+{
+	struct event *ev =
+	    event_new(lk.base, -1, persist ? EV_PERSIST : 0, fn, h);
+
+	if (ev == NULL)
+		fatalx("lock: event_new failed");
+	return ev;
+}
+
+/* A grant (or a same-token re-grant) becomes the owner's hold. */
 static struct lock_hold *
-lock_hold_new(struct lock_owner *o, struct lock_req *req, uint64_t fence)
+lock_hold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 {
-	struct lock_hold *h = lock_owner_find(o, req->name);
+	struct lock_hold *h = lock_owner_find(o, req->ln->name);
+	uint64_t max_hold = (uint64_t)lk.cf->locks.max_hold_ms;
 
 	if (h == NULL) {
 		h = xcalloc(1, sizeof *h);
 		h->owner = o;
-		h->ln = lock_name_find(req->name, true);
+		h->ln = req->ln;
+		h->ln->refs++;
+		h->granted_ms = req->start_ms;
+		h->expire_ev = lock_hold_event(h, lock_expire_cb, false);
 		TAILQ_INSERT_TAIL(&o->holds, h, owner_entry);
 		LIST_INSERT_HEAD(&h->ln->holds, h, name_entry);
 		o->nholds++;
 		STAT_INC(locks_held);
+		if (max_hold > 0) {
+			h->maxhold_ev =
+			    lock_hold_event(h, lock_maxhold_cb, false);
+			lock_timer(h->maxhold_ev, max_hold);
+		}
 	}
 	h->kind = req->kind;
 	h->fence = fence;
@@ -352,60 +446,23 @@ lock_hold_new(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	h->valid_until_ms = util_validity_end(
 	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	snprintf(h->token, sizeof h->token, "%s", req->token);
+	lock_hold_arm(h);
+	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
+		h->renew_ev = lock_hold_event(h, lock_renew_timer_cb, true);
+		lock_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
+	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
+		event_free(h->renew_ev);
+		h->renew_ev = NULL;
+	}
 	return h;
-}
-
-static void
-lock_acquire_reply(struct lock_req *req, const redisReply *r)
-{
-	struct lock_result res = { 0 };
-	long long v[3];
-
-	if (lock_reply_failed(req, r, &res)) {
-		/* It may have been granted unseen: undo it if the token is ours
-		 * alone (a client's own token may hold the lock already). */
-		if (r == NULL && req->own_token)
-			lock_release_orphan(req->name, req->token);
-		lock_finish(req, &res);
-		return;
-	}
-	if (!lock_reply_ints(r, 2, v) || v[1] < 0) {
-		lock_bad_reply(req, &res);
-		lock_finish(req, &res);
-		return;
-	}
-	if (v[0] == 0) {
-		STAT_INC(timeouts_total);
-		res.status = LOCK_TIMEOUT;
-		lock_finish(req, &res);
-		return;
-	}
-	STAT_INC(grants_total);
-	if (req->owner == NULL) {
-		/* Its client left while we asked; a kept lock outlives it. */
-		if (req->kind != LOCK_KEEP)
-			lock_release_orphan(req->name, req->token);
-		lock_finish(req, &res);
-		return;
-	}
-	lock_hold_new(req->owner, req, (uint64_t)v[1]);
-	res.status = LOCK_OK;
-	res.fence = (uint64_t)v[1];
-	res.ttl_ms = req->ttl_ms;
-	res.token = req->token;
-	lock_finish(req, &res);
 }
 
 /* Forget every local hold of name under token, whichever owner has it. */
 static void
-lock_drop_token(const char *name, const char *token)
+lock_drop_token(struct lock_name *ln, const char *token)
 {
-	struct lock_name *ln = lock_name_find(name, false);
 	struct lock_hold *h, *next;
 
-	if (ln == NULL)
-		return;
-	/* The last hold frees ln, so stop on it rather than read ln again. */
 	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
 		next = LIST_NEXT(h, name_entry);
 		if (strcmp(h->token, token) == 0)
@@ -413,123 +470,210 @@ lock_drop_token(const char *name, const char *token)
 	}
 }
 
-static void
-lock_release_reply(struct lock_req *req, const redisReply *r)
-{
-	struct lock_result res = { 0 };
+/* --- waiting --------------------------------------------------------- */
 
-	if (lock_reply_failed(req, r, &res)) {
-		lock_finish(req, &res);
+static void
+lock_dequeue(struct lock_req *req)
+{
+	if (!req->queued)
 		return;
-	}
-	if (r->type != REDIS_REPLY_INTEGER) {
-		lock_bad_reply(req, &res);
-		lock_finish(req, &res);
+	TAILQ_REMOVE(&req->ln->waiters, req, queue_entry);
+	req->queued = false;
+	lk.nwaiters--;
+	STAT_SET(waiters, lk.nwaiters);
+	if (req->deadline_ev != NULL)
+		evtimer_del(req->deadline_ev);
+}
+
+/* Nobody wants this acquire's answer any more; free it unless in Redis. */
+static void
+lock_abandon(struct lock_req *req)
+{
+	if (req->owner != NULL)
+		req->owner->pending = NULL;
+	req->owner = NULL;
+	lock_dequeue(req);
+	if (!req->in_flight)
+		lock_req_free(req);
+}
+
+/*
+ * The head's next try: when the holder's lease runs out (pttl), or after a
+ * jittered back-off that doubles from retry_min_ms to retry_max_ms,
+ * whichever is first. A release announced meanwhile cuts it short.
+ */
+static void
+lock_schedule(struct lock_name *ln, uint64_t pttl)
+{
+	uint64_t max = (uint64_t)lk.cf->locks.retry_max_ms;
+	uint64_t delay;
+
+	if (TAILQ_EMPTY(&ln->waiters))
 		return;
-	}
-	/* Released or not, the token no longer holds the lock. */
-	lock_drop_token(req->name, req->token);
-	if (r->integer == 1) {
-		STAT_INC(releases_total);
-		res.status = LOCK_OK;
-	} else {
-		STAT_INC(notheld_total);
-		lock_set_err(
-		    &res, PERR_NOTHELD, "the lock is not held by this token");
-	}
-	lock_finish(req, &res);
+	delay = util_random_range(ln->backoff_ms / 2 + 1, ln->backoff_ms);
+	ln->backoff_ms = ln->backoff_ms * 2 > max ? max : ln->backoff_ms * 2;
+	if (pttl < delay)
+		delay = pttl + 1;
+	lock_timer(ln->retry_ev, delay);
 }
 
 static void
-lock_extend_reply(struct lock_req *req, const redisReply *r)
+lock_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct lock_result res = { 0 };
-	struct lock_name *ln;
-	struct lock_hold *h;
+	struct lock_name *ln = arg;
 
-	if (lock_reply_failed(req, r, &res)) {
-		lock_finish(req, &res);
+	if (!ln->attempting)
+		lock_attempt(ln);
+}
+
+/* A release of name was seen: the head tries at once. */
+static void
+lock_kick(struct lock_name *ln)
+{
+	if (TAILQ_EMPTY(&ln->waiters))
+		return;
+	ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+	if (ln->attempting) {
+		ln->kicked = true;
 		return;
 	}
-	if (r->type != REDIS_REPLY_INTEGER) {
-		lock_bad_reply(req, &res);
-		lock_finish(req, &res);
+	evtimer_del(ln->retry_ev);
+	lock_attempt(ln);
+}
+
+static void
+lock_granted(struct lock_req *req, uint64_t fence)
+{
+	struct lock_result res = { .status = LOCK_OK };
+	struct lock_owner *o = req->owner;
+
+	STAT_INC(grants_total);
+	lock_dequeue(req);
+	if (o == NULL) {
+		/* Asked for, then left or timed out: give it straight back,
+		 * unless it is a kept lock under the client's own token (it
+		 * can ask again with that token and learn the fence). */
+		if (req->kind != LOCK_KEEP || req->own_token)
+			lock_release_orphan(req->ln->name, req->token, false);
 		return;
 	}
-	if (r->integer != 1) {
-		lock_drop_token(req->name, req->token);
-		STAT_INC(notheld_total);
-		lock_set_err(
-		    &res, PERR_NOTHELD, "the lock is not held by this token");
-		lock_finish(req, &res);
-		return;
-	}
-	STAT_INC(extends_total);
-	if ((ln = lock_name_find(req->name, false)) != NULL) {
-		LIST_FOREACH(h, &ln->holds, name_entry)
-		{
-			if (strcmp(h->token, req->token) != 0)
-				continue;
-			h->ttl_ms = req->ttl_ms;
-			h->valid_until_ms = util_validity_end(req->start_ms,
-			    req->ttl_ms, lk.cf->locks.clock_drift);
-		}
-	}
-	res.status = LOCK_OK;
+	lock_hold_set(o, req, fence);
+	res.fence = fence;
 	res.ttl_ms = req->ttl_ms;
-	lock_finish(req, &res);
+	res.token = req->token;
+	lock_answer(req, &res);
 }
 
-/* STATUS and VALIDATE share one script. */
 static void
-lock_status_reply(struct lock_req *req, const redisReply *r)
+lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 {
-	struct lock_result res = { 0 };
-	long long v[3];
+	struct lock_req *req = arg;
+	struct lock_name *ln = req->ln;
+	uint64_t next = UINT64_MAX;
 
-	if (lock_reply_failed(req, r, &res)) {
-		lock_finish(req, &res);
-		return;
+	ln->refs++;
+	ln->attempting = false;
+	req->in_flight = false;
+	if (r->status == LDB_OK) {
+		lock_granted(req, r->fence);
+		next = req->ttl_ms; /* ours now: the rest wait for it */
+	} else if (req->owner == NULL) {
+		lock_abandon(req);
+	} else if (r->status == LDB_NO) {
+		next = r->pttl;
+		if (req->wait_ms == 0) {
+			STAT_INC(timeouts_total);
+			lock_dequeue(req);
+			lock_answer_status(req, LOCK_TIMEOUT);
+		}
+	} else if (req->wait_ms == 0 || r->status == LDB_INTERNAL) {
+		lock_dequeue(req);
+		lock_answer_db_error(req, r->status);
 	}
-	if (!lock_reply_ints(r, 1, v) || (v[0] == 1 && r->elements < 3)) {
-		lock_bad_reply(req, &res);
-		lock_finish(req, &res);
-		return;
-	}
-	res.status = v[0] == 1 ? LOCK_HELD : LOCK_FREE;
-	if (v[0] == 1) {
-		res.ttl_ms = v[1] > 0 ? (uint64_t)v[1] : 0;
-		res.fence = v[2] > 0 ? (uint64_t)v[2] : 0;
-	}
-	if (req->op == OP_VALIDATE) {
-		res.valid = res.status == LOCK_HELD && res.fence == req->fence;
-		res.fence = req->fence;
-		res.status = LOCK_OK;
-	}
-	lock_finish(req, &res);
+	/* Redis trouble leaves a waiter queued: it waits to its deadline. */
+	if (!req->queued && !req->in_flight)
+		lock_req_free(req);
+	if (ln->kicked)
+		lock_kick(ln);
+	else
+		lock_schedule(ln, next);
+	lock_name_unref(ln);
 }
 
+/* Only the head of a queue talks to Redis. */
 static void
-lock_reply_cb(const redisReply *reply, void *arg)
+lock_attempt(struct lock_name *ln)
+{
+	struct lock_req *req = TAILQ_FIRST(&ln->waiters);
+
+	if (req == NULL || ln->attempting)
+		return;
+	ln->attempting = true;
+	ln->kicked = false;
+	req->in_flight = true;
+	req->start_ms = mono_ms();
+	lockdb_acquire(ln->name, req->token, req->ttl_ms, lock_attempt_cb, req);
+}
+
+/* WAIT ran out: TIMEOUT now; an attempt still in Redis is undone later. */
+static void
+lock_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lock_req *req = arg;
 
-	switch (req->op) {
-	case OP_ACQUIRE:
-		lock_acquire_reply(req, reply);
-		break;
-	case OP_RELEASE:
-		lock_release_reply(req, reply);
-		break;
-	case OP_EXTEND:
-		lock_extend_reply(req, reply);
-		break;
-	case OP_STATUS:
-	case OP_VALIDATE:
-		lock_status_reply(req, reply);
-		break;
+	STAT_INC(timeouts_total);
+	lock_dequeue(req);
+	lock_answer_status(req, LOCK_TIMEOUT);
+	if (!req->in_flight)
+		lock_req_free(req);
+}
+
+static void
+lock_enqueue(struct lock_req *req)
+{
+	struct lock_name *ln = req->ln;
+
+	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
+	req->queued = true;
+	lk.nwaiters++;
+	STAT_SET(waiters, lk.nwaiters);
+	if (req->wait_ms > 0) {
+		req->deadline_ev = evtimer_new(lk.base, lock_deadline_cb, req);
+		if (req->deadline_ev == NULL)
+			fatalx("lock: evtimer_new failed");
+		lock_timer(req->deadline_ev, (uint64_t)req->wait_ms);
+	}
+	if (TAILQ_FIRST(&ln->waiters) == req && !ln->attempting) {
+		ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+		evtimer_del(ln->retry_ev);
+		lock_attempt(ln);
 	}
 }
+
+/* Another broker released a name: its waiters here may go. */
+static void
+lock_message_cb(const char *msg, size_t len, void *arg)
+{
+	char name[PROTO_NAME_MAX + 1];
+	struct lock_name *ln;
+
+	if (msg == NULL) {
+		/* (Re)subscribed: releases may have been missed meanwhile. */
+		for (size_t i = 0; i < lk.nbuckets; i++)
+			LIST_FOREACH(ln, &lk.buckets[i], entry)
+		if (!TAILQ_EMPTY(&ln->waiters))
+			lock_timer(ln->retry_ev, 0);
+		return;
+	}
+	if (len == 0 || len > PROTO_NAME_MAX)
+		return;
+	memcpy(name, msg, len);
+	name[len] = '\0';
+	if ((ln = lock_name_find(name)) != NULL)
+		lock_kick(ln);
+}
+
+/* --- requests from clients ------------------------------------------- */
 
 static bool
 lock_check_name(const char *name, struct lock_result *res)
@@ -565,22 +709,21 @@ lock_check_ttl(uint64_t ttl_ms, struct lock_result *res)
 	return false;
 }
 
-int
-lock_acquire(struct lock_owner *o, const char *name,
+/* Everything ACQUIRE can refuse before it goes to Redis. */
+static bool
+lock_acquire_ok(struct lock_owner *o, const char *name,
     const struct lock_acquire_args *a, struct lock_result *res)
 {
 	struct lock_hold *h;
-	struct lock_req *req;
-	char ttl[24];
-	const char *args[2];
+	struct lock_name *ln;
 
 	if (!lock_check_name(name, res) || !lock_check_token(a->token, res))
-		return -1;
+		return false;
 	if (a->ttl_ms != 0 && !lock_check_ttl(a->ttl_ms, res))
-		return -1;
+		return false;
 	if (a->keep && a->ttl_ms == 0) {
 		lock_set_err(res, PERR_ARGS, "KEEP needs TTL");
-		return -1;
+		return false;
 	}
 	/* Only the holding token may ask again (and gets its fence back). */
 	h = lock_owner_find(o, name);
@@ -588,18 +731,40 @@ lock_acquire(struct lock_owner *o, const char *name,
 	    (a->token == NULL || strcmp(a->token, h->token) != 0)) {
 		lock_set_err(
 		    res, PERR_HELD, "this connection holds it already");
-		return -1;
+		return false;
 	}
 	if (h == NULL &&
 	    o->nholds >= (unsigned)lk.cf->limits.max_locks_per_client) {
 		lock_set_err(
 		    res, PERR_LIMIT, "too many locks on this connection");
-		return -1;
+		return false;
 	}
-	req = lock_req_new(OP_ACQUIRE, o, name);
-	if (a->token != NULL)
-		snprintf(req->token, sizeof req->token, "%s", a->token);
-	else {
+	if (a->wait_ms != 0 &&
+	    lk.nwaiters >= (unsigned)lk.cf->limits.max_waiters) {
+		lock_set_err(res, PERR_LIMIT, "too many waiters");
+		return false;
+	}
+	/* A try-once never jumps a queue: someone holds it, others wait. */
+	ln = lock_name_find(name);
+	if (a->wait_ms == 0 && ln != NULL && !TAILQ_EMPTY(&ln->waiters)) {
+		STAT_INC(timeouts_total);
+		memset(res, 0, sizeof *res);
+		res->status = LOCK_TIMEOUT;
+		return false;
+	}
+	return true;
+}
+
+int
+lock_acquire(struct lock_owner *o, const char *name,
+    const struct lock_acquire_args *a, struct lock_result *res)
+{
+	struct lock_req *req;
+
+	if (!lock_acquire_ok(o, name, a, res))
+		return -1;
+	req = lock_req_new(OP_ACQUIRE, o, name, a->token);
+	if (a->token == NULL) {
 		util_random_token(req->token);
 		req->own_token = true;
 	}
@@ -608,10 +773,8 @@ lock_acquire(struct lock_owner *o, const char *name,
 				   : LOCK_FIXED;
 	req->ttl_ms =
 	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
-	snprintf(ttl, sizeof ttl, "%" PRIu64, req->ttl_ms);
-	args[0] = req->token;
-	args[1] = ttl;
-	lock_send(req, &lock_script_acquire, 2, 2, args);
+	req->wait_ms = a->wait_ms;
+	lock_enqueue(req);
 	return 0;
 }
 
@@ -635,6 +798,32 @@ lock_token_for(struct lock_owner *o, const char *name, const char *token,
 	return h->token;
 }
 
+static void
+lock_notheld(struct lock_req *req)
+{
+	STAT_INC(notheld_total);
+	lock_answer_err(
+	    req, PERR_NOTHELD, "the lock is not held by this token");
+}
+
+static void
+lock_release_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+
+	if (r->status == LDB_OK || r->status == LDB_NO)
+		lock_drop_token(req->ln, req->token); /* not ours either way */
+	if (r->status == LDB_OK) {
+		STAT_INC(releases_total);
+		lock_answer_status(req, LOCK_OK);
+		lock_kick(req->ln); /* hand over to the local head at once */
+	} else if (r->status == LDB_NO)
+		lock_notheld(req);
+	else
+		lock_answer_db_error(req, r->status);
+	lock_req_free(req);
+}
+
 int
 lock_release(struct lock_owner *o, const char *name, const char *token,
     struct lock_result *res)
@@ -643,10 +832,37 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
-	req = lock_req_new(OP_RELEASE, o, name);
-	snprintf(req->token, sizeof req->token, "%s", token);
-	lock_send_release(req);
+	req = lock_req_new(OP_RELEASE, o, name, token);
+	req->in_flight = true;
+	lockdb_release(name, req->token, lock_release_cb, req);
 	return 0;
+}
+
+static void
+lock_extend_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_result res = { .status = LOCK_OK, .ttl_ms = req->ttl_ms };
+	struct lock_hold *h;
+
+	if (r->status == LDB_OK) {
+		STAT_INC(extends_total);
+		LIST_FOREACH(h, &req->ln->holds, name_entry)
+		{
+			if (strcmp(h->token, req->token) != 0)
+				continue;
+			h->ttl_ms = req->ttl_ms;
+			h->valid_until_ms = util_validity_end(req->start_ms,
+			    req->ttl_ms, lk.cf->locks.clock_drift);
+			lock_hold_arm(h);
+		}
+		lock_answer(req, &res);
+	} else if (r->status == LDB_NO) {
+		lock_drop_token(req->ln, req->token);
+		lock_notheld(req);
+	} else
+		lock_answer_db_error(req, r->status);
+	lock_req_free(req);
 }
 
 int
@@ -654,30 +870,52 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
     const char *token, struct lock_result *res)
 {
 	struct lock_req *req;
-	char ttl[24];
-	const char *args[2];
 
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
 	if (!lock_check_ttl(ttl_ms, res))
 		return -1;
-	req = lock_req_new(OP_EXTEND, o, name);
-	snprintf(req->token, sizeof req->token, "%s", token);
+	req = lock_req_new(OP_EXTEND, o, name, token);
 	req->ttl_ms = ttl_ms;
-	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
-	args[0] = req->token;
-	args[1] = ttl;
-	lock_send(req, &lock_script_extend, 1, 2, args);
+	req->in_flight = true;
+	lockdb_extend(name, req->token, ttl_ms, lock_extend_cb, req);
 	return 0;
+}
+
+/* STATUS and VALIDATE share one script. */
+static void
+lock_status_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_result res = { 0 };
+
+	if (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL) {
+		lock_answer_db_error(req, r->status);
+		lock_req_free(req);
+		return;
+	}
+	res.status = r->status == LDB_OK ? LOCK_HELD : LOCK_FREE;
+	res.ttl_ms = r->pttl;
+	res.fence = r->fence;
+	if (req->op == OP_VALIDATE) {
+		res.valid = res.status == LOCK_HELD && r->fence == req->fence;
+		res.fence = req->fence;
+		res.status = LOCK_OK;
+	}
+	lock_answer(req, &res);
+	lock_req_free(req);
 }
 
 int
 lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 {
+	struct lock_req *req;
+
 	if (!lock_check_name(name, res))
 		return -1;
-	lock_send(
-	    lock_req_new(OP_STATUS, o, name), &lock_script_status, 2, 0, NULL);
+	req = lock_req_new(OP_STATUS, o, name, NULL);
+	req->in_flight = true;
+	lockdb_status(name, lock_status_cb, req);
 	return 0;
 }
 
@@ -689,11 +927,14 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 
 	if (!lock_check_name(name, res))
 		return -1;
-	req = lock_req_new(OP_VALIDATE, o, name);
+	req = lock_req_new(OP_VALIDATE, o, name, NULL);
 	req->fence = fence;
-	lock_send(req, &lock_script_status, 2, 0, NULL);
+	req->in_flight = true;
+	lockdb_status(name, lock_status_cb, req);
 	return 0;
 }
+
+/* --- owners -------------------------------------------------------------- */
 
 void
 lock_owner_init(
@@ -706,17 +947,20 @@ lock_owner_init(
 }
 
 void
-lock_owner_gone(struct lock_owner *o)
+lock_owner_gone(struct lock_owner *o, bool vanished)
 {
+	struct lock_req *req = o->pending;
 	struct lock_hold *h;
 
-	if (o->pending != NULL)
-		o->pending->owner = NULL;
+	if (req != NULL && req->op == OP_ACQUIRE)
+		lock_abandon(req);
+	else if (req != NULL)
+		req->owner = NULL;
 	o->pending = NULL;
 	while ((h = TAILQ_FIRST(&o->holds)) != NULL) {
 		/* Session and fixed locks end with their connection. */
 		if (h->kind != LOCK_KEEP)
-			lock_release_orphan(h->ln->name, h->token);
+			lock_release_orphan(h->ln->name, h->token, vanished);
 		lock_hold_free(h);
 	}
 }
@@ -741,17 +985,22 @@ lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms)
 	return h->valid_until_ms > now_ms ? h->valid_until_ms - now_ms : 0;
 }
 
+unsigned
+lock_waiters(void)
+{
+	return lk.nwaiters;
+}
+
 void
 lock_init(struct event_base *base, const struct config *cf)
 {
+	memset(&lk, 0, sizeof lk);
+	lk.base = base;
 	lk.cf = cf;
 	lk.nbuckets = 64;
 	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
-	snprintf(lk.channel, sizeof lk.channel, "%sreleased", cf->redis.prefix);
-	redisc_script_add(&lock_script_acquire);
-	redisc_script_add(&lock_script_release);
-	redisc_script_add(&lock_script_extend);
-	redisc_script_add(&lock_script_status);
+	lockdb_init(cf->redis.prefix);
+	redisc_subscribe(lockdb_channel(), lock_message_cb, NULL);
 }
 
 void

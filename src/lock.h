@@ -63,7 +63,12 @@ struct lock_hold {
 	enum lock_kind kind;
 	uint64_t fence;
 	uint64_t ttl_ms;
+	uint64_t granted_ms;	 /* monotonic, for max_hold_ms */
 	uint64_t valid_until_ms; /* monotonic, DESIGN.md §4 */
+	struct event *expire_ev; /* at valid_until_ms: EVENT LOST */
+	struct event *renew_ev;	 /* session locks: every lease/3 */
+	struct event *maxhold_ev;
+	struct lock_req *renewing; /* the renewal in flight, or NULL */
 	char token[PROTO_TOKEN_MAX + 1];
 };
 
@@ -76,11 +81,16 @@ struct lock_acquire_args {
 
 void lock_init(struct event_base *base, const struct config *cf);
 void lock_shutdown(void);
+/* Waiters in this broker, over all names. */
+unsigned lock_waiters(void);
 
 void lock_owner_init(
     struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops);
-/* The owner is going away: release what it held, forget its request. */
-void lock_owner_gone(struct lock_owner *o);
+/*
+ * The owner is going away: leave the queue, release what it held. When it
+ * vanished (no QUIT) the locks are kept for locks.lock_delay_ms first.
+ */
+void lock_owner_gone(struct lock_owner *o, bool vanished);
 
 /*
  * Requests. Each returns 0 when it went to Redis (ops->done follows), or

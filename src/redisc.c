@@ -37,27 +37,38 @@ struct redisc_req {
 	size_t *lens;
 };
 
+/* One hiredis connection with its own reconnect and connect timers. */
+struct redisc_conn {
+	const char *what; /* "command", "subscriber" */
+	redisAsyncContext *ac;
+	bool up;	   /* connect callback said OK */
+	unsigned attempts; /* failed connects in a row */
+	struct event *reconnect_ev;
+	struct event *connect_timeout_ev;
+	void (*setup)(redisAsyncContext *); /* queued at each connect */
+};
+
 static struct {
 	struct event_base *base;
 	const struct config_redis *cf;
-	redisAsyncContext *ac;
-	bool up; /* connect callback said OK */
+	struct redisc_conn cmd; /* scripts */
+	struct redisc_conn sub; /* SUBSCRIBE to channel */
 	bool stopping;
-	unsigned attempts; /* failed connects in a row, for the back-off */
-	struct event *reconnect_ev;
-	struct event *connect_timeout_ev;
+	char channel[256];
+	redisc_msg_cb *msg_cb;
+	void *msg_arg;
 	struct event *timeout_ev;
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_script *scripts[REDISC_MAX_SCRIPTS];
 	int nscripts;
 } rc;
 
-static void redisc_schedule_reconnect(void);
+static void redisc_schedule_reconnect(struct redisc_conn *conn);
 
 bool
 redisc_up(void)
 {
-	return rc.up;
+	return rc.cmd.up;
 }
 
 bool
@@ -179,7 +190,7 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 static int
 redisc_send(struct redisc_req *req, bool by_sha)
 {
-	if (rc.ac == NULL || !rc.up)
+	if (rc.cmd.ac == NULL || !rc.cmd.up)
 		return -1;
 	if (by_sha && req->script->sha[0] != '\0') {
 		req->argv[0] = "EVALSHA";
@@ -191,7 +202,7 @@ redisc_send(struct redisc_req *req, bool by_sha)
 	req->lens[0] = strlen(req->argv[0]);
 	req->lens[1] = strlen(req->argv[1]);
 	STAT_INC(redis_requests_total);
-	if (redisAsyncCommandArgv(rc.ac, redisc_reply_cb, req, req->argc,
+	if (redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req, req->argc,
 		(const char **)req->argv, req->lens) != REDIS_OK)
 		return -1;
 	return 0;
@@ -259,12 +270,13 @@ redisc_script_loaded_cb(redisAsyncContext *ac, void *r, void *privdata)
 static void
 redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
+	struct redisc_conn *conn = ac->data;
 	redisReply *reply = r;
 	const char *what = privdata;
 
 	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
 		return;
-	log_warnx("redis: %s failed: %s", what, reply->str);
+	log_warnx("redis %s: %s failed: %s", conn->what, what, reply->str);
 	redisAsyncDisconnect(ac);
 }
 
@@ -286,9 +298,9 @@ redisc_read_secret(const char *path)
 	return xstrdup(buf);
 }
 
-/* Queued before anything else, so they reach Redis first. */
+/* AUTH is queued before anything else, so it reaches Redis first. */
 static void
-redisc_queue_setup(void)
+redisc_queue_auth(redisAsyncContext *ac)
 {
 	const struct config_redis *cf = rc.cf;
 	char *pass = NULL;
@@ -298,18 +310,55 @@ redisc_queue_setup(void)
 	else if (cf->password[0] != '\0')
 		pass = xstrdup(cf->password);
 	if (pass != NULL && cf->username[0] != '\0')
-		redisAsyncCommand(rc.ac, redisc_setup_cb, "AUTH", "AUTH %s %s",
+		redisAsyncCommand(ac, redisc_setup_cb, "AUTH", "AUTH %s %s",
 		    cf->username, pass);
 	else if (pass != NULL)
-		redisAsyncCommand(
-		    rc.ac, redisc_setup_cb, "AUTH", "AUTH %s", pass);
+		redisAsyncCommand(ac, redisc_setup_cb, "AUTH", "AUTH %s", pass);
 	freezero_str(pass);
-	if (cf->db != 0)
+}
+
+static void
+redisc_cmd_setup(redisAsyncContext *ac)
+{
+	redisc_queue_auth(ac);
+	if (rc.cf->db != 0)
 		redisAsyncCommand(
-		    rc.ac, redisc_setup_cb, "SELECT", "SELECT %d", cf->db);
+		    ac, redisc_setup_cb, "SELECT", "SELECT %d", rc.cf->db);
 	for (int i = 0; i < rc.nscripts; i++)
-		redisAsyncCommand(rc.ac, redisc_script_loaded_cb, rc.scripts[i],
+		redisAsyncCommand(ac, redisc_script_loaded_cb, rc.scripts[i],
 		    "SCRIPT LOAD %s", rc.scripts[i]->body);
+}
+
+/*
+ * Every message on the channel, for as long as the connection lives. The
+ * subscribe confirmation is passed on as a NULL message: anything published
+ * while we were not subscribed is lost, so the listener should look again.
+ */
+static void
+redisc_message_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	redisReply *reply = r;
+	redisReply **el;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+	    reply->elements != 3)
+		return;
+	el = reply->element;
+	if (el[0]->type != REDIS_REPLY_STRING || el[2]->type == REDIS_REPLY_NIL)
+		return;
+	if (strcmp(el[0]->str, "subscribe") == 0)
+		rc.msg_cb(NULL, 0, rc.msg_arg);
+	else if (strcmp(el[0]->str, "message") == 0 &&
+	    el[2]->type == REDIS_REPLY_STRING)
+		rc.msg_cb(el[2]->str, el[2]->len, rc.msg_arg);
+}
+
+static void
+redisc_sub_setup(redisAsyncContext *ac)
+{
+	redisc_queue_auth(ac);
+	redisAsyncCommand(
+	    ac, redisc_message_cb, NULL, "SUBSCRIBE %s", rc.channel);
 }
 
 static const char *
@@ -323,52 +372,64 @@ redisc_where(char *buf, size_t len)
 }
 
 static void
+redisc_set_up(struct redisc_conn *conn, bool up)
+{
+	conn->up = up;
+	if (conn == &rc.cmd)
+		STAT_SET(redis_up, up);
+}
+
+static void
 redisc_connect_cb(const redisAsyncContext *ac, int status)
 {
+	struct redisc_conn *conn = ac->data;
 	char where[256];
 
-	evtimer_del(rc.connect_timeout_ev);
+	evtimer_del(conn->connect_timeout_ev);
 	if (status != REDIS_OK) {
 		/* hiredis frees the context itself after this returns. */
-		log_warnx("redis: cannot connect to %s: %s",
+		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
 		    redisc_where(where, sizeof where), ac->errstr);
-		rc.ac = NULL;
-		redisc_schedule_reconnect();
+		conn->ac = NULL;
+		redisc_schedule_reconnect(conn);
 		return;
 	}
-	rc.up = true;
-	rc.attempts = 0;
-	STAT_INC(redis_connects_total);
-	STAT_SET(redis_up, 1);
-	log_info("redis: connected to %s", redisc_where(where, sizeof where));
+	redisc_set_up(conn, true);
+	conn->attempts = 0;
+	if (conn == &rc.cmd)
+		STAT_INC(redis_connects_total);
+	log_info("redis %s: connected to %s", conn->what,
+	    redisc_where(where, sizeof where));
 }
 
 static void
 redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 {
-	rc.ac = NULL;
-	rc.up = false;
-	STAT_SET(redis_up, 0);
+	struct redisc_conn *conn = ac->data;
+
+	conn->ac = NULL;
+	redisc_set_up(conn, false);
 	if (rc.stopping)
 		return;
-	log_warnx("redis: connection lost: %s",
+	log_warnx("redis %s: connection lost: %s", conn->what,
 	    status == REDIS_OK ? "closed" : ac->errstr);
-	redisc_schedule_reconnect();
+	redisc_schedule_reconnect(conn);
 }
 
 /* hiredis 0.14 has no connect timeout: this timer is it. */
 static void
 redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
-	redisAsyncContext *ac = rc.ac;
+	struct redisc_conn *conn = arg;
+	redisAsyncContext *ac = conn->ac;
 
-	if (ac == NULL || rc.up)
+	if (ac == NULL || conn->up)
 		return;
-	log_warnx(
-	    "redis: connect timed out after %d ms", rc.cf->connect_timeout_ms);
-	rc.ac = NULL;
+	log_warnx("redis %s: connect timed out after %d ms", conn->what,
+	    rc.cf->connect_timeout_ms);
+	conn->ac = NULL;
 	redisAsyncFree(ac); /* not connected: no disconnect callback */
-	redisc_schedule_reconnect();
+	redisc_schedule_reconnect(conn);
 }
 
 static void
@@ -378,59 +439,90 @@ redisc_timeval(struct timeval *tv, uint64_t ms)
 	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
 }
 
-void
-redisc_connect(void)
+static void
+redisc_conn_open(struct redisc_conn *conn)
 {
 	const struct config_redis *cf = rc.cf;
 	struct timeval tv;
 	char where[256];
 
 	if (cf->unix_path[0] != '\0')
-		rc.ac = redisAsyncConnectUnix(cf->unix_path);
+		conn->ac = redisAsyncConnectUnix(cf->unix_path);
 	else
-		rc.ac = redisAsyncConnect(cf->host, cf->port);
-	if (rc.ac == NULL)
+		conn->ac = redisAsyncConnect(cf->host, cf->port);
+	if (conn->ac == NULL)
 		fatalx("redis: out of memory");
-	if (rc.ac->err) {
-		log_warnx("redis: cannot connect to %s: %s",
-		    redisc_where(where, sizeof where), rc.ac->errstr);
-		redisAsyncFree(rc.ac);
-		rc.ac = NULL;
-		redisc_schedule_reconnect();
+	if (conn->ac->err) {
+		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
+		    redisc_where(where, sizeof where), conn->ac->errstr);
+		redisAsyncFree(conn->ac);
+		conn->ac = NULL;
+		redisc_schedule_reconnect(conn);
 		return;
 	}
-	redisLibeventAttach(rc.ac, rc.base);
-	redisAsyncSetConnectCallback(rc.ac, redisc_connect_cb);
-	redisAsyncSetDisconnectCallback(rc.ac, redisc_disconnect_cb);
-	redisc_queue_setup();
+	conn->ac->data = conn;
+	redisLibeventAttach(conn->ac, rc.base);
+	redisAsyncSetConnectCallback(conn->ac, redisc_connect_cb);
+	redisAsyncSetDisconnectCallback(conn->ac, redisc_disconnect_cb);
+	conn->setup(conn->ac);
 	redisc_timeval(&tv, (uint64_t)cf->connect_timeout_ms);
-	evtimer_add(rc.connect_timeout_ev, &tv);
+	evtimer_add(conn->connect_timeout_ev, &tv);
 }
 
 static void
 redisc_reconnect_cb(evutil_socket_t fd, short what, void *arg)
 {
-	redisc_connect();
+	redisc_conn_open(arg);
 }
 
 /* Exponential back-off with jitter, so brokers do not reconnect in step. */
 static void
-redisc_schedule_reconnect(void)
+redisc_schedule_reconnect(struct redisc_conn *conn)
 {
 	uint64_t lo = (uint64_t)rc.cf->reconnect_min_ms;
 	uint64_t hi = (uint64_t)rc.cf->reconnect_max_ms;
 	uint64_t delay = lo;
 	struct timeval tv;
 
-	for (unsigned i = 0; i < rc.attempts && delay < hi; i++)
+	for (unsigned i = 0; i < conn->attempts && delay < hi; i++)
 		delay *= 2;
 	if (delay > hi)
 		delay = hi;
 	delay = util_random_range(delay / 2 + 1, delay);
-	rc.attempts++;
-	log_info("redis: retrying in %llu ms", (unsigned long long)delay);
+	conn->attempts++;
+	log_info("redis %s: retrying in %llu ms", conn->what,
+	    (unsigned long long)delay);
 	redisc_timeval(&tv, delay);
-	evtimer_add(rc.reconnect_ev, &tv);
+	evtimer_add(conn->reconnect_ev, &tv);
+}
+
+void
+redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg)
+{
+	snprintf(rc.channel, sizeof rc.channel, "%s", channel);
+	rc.msg_cb = cb;
+	rc.msg_arg = arg;
+}
+
+void
+redisc_connect(void)
+{
+	redisc_conn_open(&rc.cmd);
+	if (rc.msg_cb != NULL)
+		redisc_conn_open(&rc.sub);
+}
+
+static void
+redisc_conn_init(struct redisc_conn *conn, const char *what,
+    void (*setup)(redisAsyncContext *))
+{
+	conn->what = what;
+	conn->setup = setup;
+	conn->reconnect_ev = evtimer_new(rc.base, redisc_reconnect_cb, conn);
+	conn->connect_timeout_ev =
+	    evtimer_new(rc.base, redisc_connect_timeout_cb, conn);
+	if (conn->reconnect_ev == NULL || conn->connect_timeout_ev == NULL)
+		fatalx("redisc: evtimer_new failed");
 }
 
 void
@@ -440,27 +532,32 @@ redisc_init(struct event_base *base, const struct config_redis *cf)
 	rc.base = base;
 	rc.cf = cf;
 	TAILQ_INIT(&rc.inflight);
-	rc.reconnect_ev = evtimer_new(base, redisc_reconnect_cb, NULL);
-	rc.connect_timeout_ev =
-	    evtimer_new(base, redisc_connect_timeout_cb, NULL);
-	rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL);
-	if (rc.reconnect_ev == NULL || rc.connect_timeout_ev == NULL ||
-	    rc.timeout_ev == NULL)
+	redisc_conn_init(&rc.cmd, "command", redisc_cmd_setup);
+	redisc_conn_init(&rc.sub, "subscriber", redisc_sub_setup);
+	if ((rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL)) ==
+	    NULL)
 		fatalx("redisc: evtimer_new failed");
 }
 
-/* Close the connection: every request still waiting is answered NULL. */
+static void
+redisc_conn_close(struct redisc_conn *conn)
+{
+	redisAsyncContext *ac = conn->ac;
+
+	conn->ac = NULL;
+	redisc_set_up(conn, false);
+	if (ac != NULL)
+		redisAsyncFree(ac);
+	event_free(conn->reconnect_ev);
+	event_free(conn->connect_timeout_ev);
+}
+
+/* Close both connections: every request still waiting is answered NULL. */
 void
 redisc_stop(void)
 {
-	redisAsyncContext *ac = rc.ac;
-
 	rc.stopping = true;
-	rc.ac = NULL;
-	rc.up = false;
-	if (ac != NULL)
-		redisAsyncFree(ac);
-	event_free(rc.reconnect_ev);
-	event_free(rc.connect_timeout_ev);
+	redisc_conn_close(&rc.sub);
+	redisc_conn_close(&rc.cmd);
 	event_free(rc.timeout_ev);
 }

@@ -28,7 +28,15 @@ struct redisc_script {
 	char sha[41]; /* learnt from SCRIPT LOAD; "" until then */
 };
 
+/*
+ * Called for each message on the subscribed channel. msg NULL means the
+ * subscription was (re)made: messages sent meanwhile were missed.
+ */
+typedef void redisc_msg_cb(const char *msg, size_t len, void *arg);
+
 void redisc_init(struct event_base *base, const struct config_redis *cf);
+/* One channel on a second connection; set before redisc_connect. */
+void redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg);
 /* Register a script; it is loaded at every (re)connect. */
 void redisc_script_add(struct redisc_script *script);
 void redisc_connect(void);

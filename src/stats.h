@@ -20,6 +20,13 @@
 	X(extends_total, COUNTER, "leases extended")                           \
 	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")           \
 	X(locks_held, GAUGE, "locks held by this broker's clients")            \
+	X(waiters, GAUGE, "ACQUIREs waiting in this broker")                   \
+	X(renewals_total, COUNTER, "session leases renewed")                   \
+	X(renewal_failures_total, COUNTER, "renewals Redis did not answer")    \
+	X(lost_expired_total, COUNTER, "EVENT LOST expired")                   \
+	X(lost_stolen_total, COUNTER, "EVENT LOST stolen")                     \
+	X(lost_unavailable_total, COUNTER, "EVENT LOST unavailable")           \
+	X(lost_maxhold_total, COUNTER, "EVENT LOST maxhold")                   \
 	X(redis_up, GAUGE, "1 while the Redis command connection is up")       \
 	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \

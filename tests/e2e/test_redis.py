@@ -45,7 +45,7 @@ class Scripts(BrokerTest):
         self.redis.start()  # same port, empty dataset: scripts are gone too
         wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
         self.assertRegex(a.cmd("ACQUIRE after"), r"^OK 1 ")
-        self.assertIn("redis: connection lost", self.broker.logtext())
+        self.assertIn("redis command: connection lost", self.broker.logtext())
 
 
 if __name__ == "__main__":

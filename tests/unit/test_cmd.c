@@ -74,7 +74,7 @@ run(const char *line, enum cmd_result *res)
 	memcpy(buf, line, len + 1);
 	cmd_session_init(&s, 1, out, resume_never, NULL);
 	*res = cmd_execute(&s, buf, len);
-	cmd_session_end(&s);
+	cmd_session_end(&s, false);
 	len = evbuffer_get_length(out);
 	text = calloc(1, len + 1);
 	evbuffer_remove(out, text, len);
