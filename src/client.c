@@ -179,7 +179,12 @@ client_event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	}
 	log_debug("client %" PRIu64 " [%s]: end of input", c->s.id, c->peer);
-	c->eof = true;
+	/* Leaving cancels a wait (DESIGN.md §3); quick requests still run. */
+	if (!lock_owner_eof(&c->s.owner)) {
+		client_free(c, true);
+		return;
+	}
+	c->eof = c->s.eof = true;
 	if (!c->closing)
 		client_process(c);
 }

@@ -216,6 +216,9 @@ cmd_acquire_opts(
 	}
 	/* Without WAIT, the configured default (-1: as long as it takes). */
 	a->wait_ms = seen_wait ? (int64_t)wait : cmds.cf->locks.default_wait_ms;
+	/* Half-closed: nobody could cancel a wait by leaving any more. */
+	if (s->eof)
+		a->wait_ms = 0;
 	return 0;
 }
 

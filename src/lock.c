@@ -44,6 +44,7 @@ struct lock_req {
 	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
 	char token[PROTO_TOKEN_MAX + 1];
 	bool own_token; /* the broker made it: nobody else knows it */
+	unsigned tries; /* attempts sent, for an ACQUIRE */
 	bool queued;
 	bool in_flight;
 	enum lock_kind kind;
@@ -578,7 +579,7 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 		lock_granted(req, r->fence);
 		next = req->ttl_ms; /* ours now: the rest wait for it */
 	} else if (req->owner == NULL) {
-		lock_abandon(req);
+		lock_dequeue(req); /* freed below */
 	} else if (r->status == LDB_NO) {
 		next = r->pttl;
 		if (req->wait_ms == 0) {
@@ -611,6 +612,7 @@ lock_attempt(struct lock_name *ln)
 	ln->attempting = true;
 	ln->kicked = false;
 	req->in_flight = true;
+	req->tries++;
 	req->start_ms = mono_ms();
 	lockdb_acquire(ln->name, req->token, req->ttl_ms, lock_attempt_cb, req);
 }
@@ -983,6 +985,22 @@ uint64_t
 lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms)
 {
 	return h->valid_until_ms > now_ms ? h->valid_until_ms - now_ms : 0;
+}
+
+bool
+lock_owner_eof(struct lock_owner *o)
+{
+	struct lock_req *req = o->pending;
+
+	if (req == NULL || !req->queued)
+		return true;
+	/* Only the first try, still in Redis, has not started to wait. */
+	if (req->tries != 1 || !req->in_flight)
+		return false;
+	req->wait_ms = 0;
+	if (req->deadline_ev != NULL)
+		evtimer_del(req->deadline_ev);
+	return true;
 }
 
 unsigned

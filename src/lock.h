@@ -81,6 +81,12 @@ struct lock_acquire_args {
 
 void lock_init(struct event_base *base, const struct config *cf);
 void lock_shutdown(void);
+/*
+ * The owner's input ended, so it can no longer cancel a wait by leaving:
+ * an ACQUIRE on its first try becomes a try-once. Returns false when the
+ * ACQUIRE already waits (the owner should be treated as gone).
+ */
+bool lock_owner_eof(struct lock_owner *o);
 /* Waiters in this broker, over all names. */
 unsigned lock_waiters(void);
 

@@ -123,6 +123,24 @@ main_load_config(const char *path, bool must_exist)
 	}
 }
 
+/*
+ * Leases and deadlines are promises in milliseconds: libevent's default
+ * coarse monotonic clock can fire a timer up to a tick (4 ms) early.
+ */
+static struct event_base *
+main_event_base(void)
+{
+	struct event_config *ec = event_config_new();
+	struct event_base *base;
+
+	if (ec == NULL)
+		return NULL;
+	event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+	base = event_base_new_with_config(ec);
+	event_config_free(ec);
+	return base;
+}
+
 /* Everything is freed so that valgrind sees no leak at exit. */
 static void
 main_teardown(void)
@@ -178,7 +196,7 @@ main(int argc, char **argv)
 	}
 	log_init(
 	    (enum log_level)log_level_parse(m.cf.log.level), m.cf.log.syslog);
-	if ((m.base = event_base_new()) == NULL)
+	if ((m.base = main_event_base()) == NULL)
 		fatalx("event_base_new failed");
 	main_signals();
 	redisc_init(m.base, &m.cf.redis);

@@ -1,0 +1,130 @@
+"""Leases the broker renews, and EVENT LOST when a holder loses its lock."""
+
+import re
+import time
+
+from lbtest import BrokerTest, main, wait_for
+
+LOST = re.compile(r"^EVENT LOST (\S+) (\d+) (\w+)$")
+
+
+class Leases(BrokerTest):
+    conf = {"locks": {"lease_ms": 300}}
+
+    def test_session_lock_renewed_while_idle(self):
+        a, b = self.client(), self.client()
+        fence = a.cmd("ACQUIRE s").split()[1]
+        end = time.monotonic() + 3.0
+        seen = []
+        while time.monotonic() < end:
+            pttl = self.redis("PTTL", "lockbroker:{s}")
+            seen.append(pttl)
+            self.assertTrue(0 < pttl <= 300, pttl)
+            time.sleep(0.01)
+        self.assertGreater(len(seen), 100)
+        self.assertRegex(b.cmd("STATUS s"), r"^OK HELD \d+ %s$" % fence)
+        self.assertRegex(a.until_end("LOCKS")[0], r"^LOCK s %s \d+ SESSION$" % fence)
+        self.assertEqual(b.cmd("VALIDATE s " + fence), "OK VALID")
+        self.assertGreater(int(self.broker.info()["renewals_total"]), 20)
+
+    def test_fixed_lease_expires_with_event(self):
+        a, b = self.client(), self.client()
+        start = time.monotonic()
+        fence = a.cmd("ACQUIRE f TTL 200").split()[1]
+        event = a.line()
+        took = time.monotonic() - start
+        self.assertEqual(event, "EVENT LOST f %s expired" % fence)
+        self.assertGreater(took, 0.150)
+        self.assertLess(took, 0.250)
+        self.assertEqual(a.until_end("LOCKS"), [])
+        wait_for(lambda: b.cmd("STATUS f") == "OK FREE", 1)
+        self.assertEqual(self.broker.info()["lost_expired_total"], "1")
+
+    def test_extend_moves_the_end(self):
+        a = self.client()
+        fence = a.cmd("ACQUIRE e TTL 200").split()[1]
+        time.sleep(0.1)
+        self.assertEqual(a.cmd("EXTEND e 400"), "OK 400")
+        start = time.monotonic()
+        self.assertEqual(a.line(), "EVENT LOST e %s expired" % fence)
+        self.assertGreater(time.monotonic() - start, 0.340)
+
+    def test_deleted_behind_our_back_is_stolen(self):
+        a, b = self.client(), self.client()
+        fence = a.cmd("ACQUIRE st").split()[1]
+        self.assertEqual(self.redis("DEL", "lockbroker:{st}"), 1)
+        start = time.monotonic()
+        self.assertEqual(a.line(), "EVENT LOST st %s stolen" % fence)
+        self.assertLess(time.monotonic() - start, 0.150)  # next renewal
+        self.assertEqual(a.until_end("LOCKS"), [])
+        # Someone else's lock under that name is left alone.
+        self.assertRegex(b.cmd("ACQUIRE st WAIT 0"), r"^OK ")
+        self.assertRegex(a.cmd("ACQUIRE st WAIT 0"), r"^TIMEOUT$")
+
+    def test_unavailable_when_redis_stops_answering(self):
+        a = self.client()
+        fence = a.cmd("ACQUIRE un").split()[1]
+        start = time.monotonic()
+        self.redis.kill()
+        self.assertEqual(a.line(), "EVENT LOST un %s unavailable" % fence)
+        self.assertLess(time.monotonic() - start, 0.300)
+        self.assertEqual(a.until_end("LOCKS"), [])
+
+    def test_keep_lock_wrong_token(self):
+        a, b = self.client(), self.client()
+        _, fence, _, tok = a.cmd("ACQUIRE k TTL 60000 KEEP").split()
+        a.close()
+        time.sleep(0.1)
+        self.assertRegex(b.cmd("RELEASE k TOKEN not-the-token"), r"^ERR NOTHELD ")
+        self.assertRegex(b.cmd("EXTEND k 1000 TOKEN not-the-token"), r"^ERR NOTHELD ")
+        self.assertEqual(self.redis("GET", "lockbroker:{k}"), tok)
+        self.assertEqual(b.cmd("VALIDATE k " + fence), "OK VALID")
+        self.assertEqual(b.cmd("RELEASE k TOKEN " + tok), "OK")
+        self.assertEqual(b.cmd("VALIDATE k " + fence), "OK STALE")
+
+
+class MaxHold(BrokerTest):
+    conf = {"locks": {"lease_ms": 300, "max_hold_ms": 500}}
+
+    def test_maxhold(self):
+        a, b = self.client(), self.client()
+        b_waits = b
+        start = time.monotonic()
+        fence = a.cmd("ACQUIRE mh").split()[1]
+        b_waits.send("ACQUIRE mh")
+        self.assertEqual(a.line(), "EVENT LOST mh %s maxhold" % fence)
+        took = time.monotonic() - start
+        self.assertGreater(took, 0.45)
+        self.assertLess(took, 0.60)
+        m = re.match(r"^OK (\d+) ", b_waits.line())
+        self.assertGreater(int(m.group(1)), int(fence))
+
+
+class LockDelay(BrokerTest):
+    conf = {"locks": {"lock_delay_ms": 300}}
+
+    def test_vanished_holder_keeps_lock_for_delay(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE ld"), r"^OK ")
+        b.send("ACQUIRE ld")
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        start = time.monotonic()
+        a.close()  # no QUIT: abnormal
+        self.assertRegex(b.line(), r"^OK ")
+        took = time.monotonic() - start
+        self.assertGreater(took, 0.25)
+        self.assertLess(took, 0.40)
+
+    def test_quit_releases_at_once(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE lq"), r"^OK ")
+        b.send("ACQUIRE lq")
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        start = time.monotonic()
+        self.assertEqual(a.cmd("QUIT"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+        self.assertLess(time.monotonic() - start, 0.1)
+
+
+if __name__ == "__main__":
+    main()

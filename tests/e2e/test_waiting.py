@@ -1,0 +1,233 @@
+"""Waiting without polling: FIFO queues, handoff across brokers, deadlines."""
+
+import os
+import signal
+import threading
+import time
+
+from lbtest import BrokerTest, main, wait_for
+
+
+def waiters(broker):
+    return int(broker.info()["waiters"])
+
+
+class Waiting(BrokerTest):
+    conf = {"locks": {"retry_min_ms": 400, "retry_max_ms": 1000}}
+
+    def test_fifo_ten_clients_no_overlap(self):
+        holder = self.client()
+        self.assertRegex(holder.cmd("ACQUIRE q"), r"^OK ")
+        clients = [self.client() for _ in range(10)]
+        events, lock = [], threading.Lock()
+
+        def run(i, c):
+            reply = c.line()  # the grant, whenever it comes
+            with lock:
+                events.append(("grant", i, time.monotonic(), reply))
+            time.sleep(0.02)
+            with lock:
+                events.append(("release", i, time.monotonic(), None))
+            self.assertEqual(c.cmd("RELEASE q"), "OK")
+
+        threads = []
+        for i, c in enumerate(clients):
+            c.send("ACQUIRE q")
+            wait_for(lambda: waiters(self.broker) == i + 1)
+            t = threading.Thread(target=run, args=(i, c))
+            t.start()
+            threads.append(t)
+        self.assertEqual(holder.cmd("RELEASE q"), "OK")
+        for t in threads:
+            t.join(30)
+        grants = [e for e in events if e[0] == "grant"]
+        self.assertEqual([g[1] for g in grants], list(range(10)))
+        for g in grants:
+            self.assertRegex(g[3], r"^OK \d+ ")
+        fences = [int(g[3].split()[1]) for g in grants]
+        self.assertEqual(fences, sorted(set(fences)))
+        # Each grant came after the previous holder let go.
+        order = [(e[0], e[1]) for e in sorted(events, key=lambda e: e[2])]
+        self.assertEqual(order, [(k, i) for i in range(10)
+                                 for k in ("grant", "release")])
+        self.assertEqual(waiters(self.broker), 0)
+
+    def test_wait_deadline(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE d"), r"^OK ")
+        start = time.monotonic()
+        self.assertEqual(b.cmd("ACQUIRE d WAIT 250"), "TIMEOUT")
+        took = time.monotonic() - start
+        self.assertGreaterEqual(took, 0.250)
+        self.assertLess(took, 0.300)
+        self.assertEqual(waiters(self.broker), 0)
+        # Requests behind a waiting ACQUIRE wait for it, in order.
+        b.send("ACQUIRE d WAIT 100\nPING\nSTATUS d")
+        self.assertEqual(b.line(), "TIMEOUT")
+        self.assertEqual(b.line(), "PONG")
+        self.assertRegex(b.line(), r"^OK HELD ")
+
+    def test_try_once_does_not_jump_the_queue(self):
+        a, b, c = self.client(), self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE j"), r"^OK ")
+        b.send("ACQUIRE j")
+        wait_for(lambda: waiters(self.broker) == 1)
+        self.assertEqual(c.cmd("ACQUIRE j WAIT 0"), "TIMEOUT")
+        self.assertEqual(a.cmd("RELEASE j"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+
+    def test_waiter_that_leaves_leaves_the_queue(self):
+        a, b, c = self.client(), self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE w"), r"^OK ")
+        b.send("ACQUIRE w")
+        wait_for(lambda: waiters(self.broker) == 1)
+        c.send("ACQUIRE w WAIT 5000")
+        wait_for(lambda: waiters(self.broker) == 2)
+        b.close()
+        wait_for(lambda: waiters(self.broker) == 1)
+        self.assertEqual(a.cmd("RELEASE w"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{w}"), 1)
+
+    def test_local_handoff_is_immediate(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE h"), r"^OK ")
+        b.send("ACQUIRE h")
+        wait_for(lambda: waiters(self.broker) == 1)
+        time.sleep(0.05)
+        start = time.monotonic()
+        self.assertEqual(a.cmd("RELEASE h"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+        self.assertLess(time.monotonic() - start, 0.020)
+
+    def test_two_brokers_handoff_over_pubsub(self):
+        other = self.start_broker(self.conf, name="other")
+        a, b = self.client(), self.client(other)
+        self.assertRegex(a.cmd("ACQUIRE x"), r"^OK ")
+        b.send("ACQUIRE x")
+        wait_for(lambda: waiters(other) == 1)
+        time.sleep(0.1)  # its first try is done; the next is >= 200 ms out
+        start = time.monotonic()
+        a.send("RELEASE x")
+        self.assertRegex(b.line(), r"^OK ")
+        took = time.monotonic() - start
+        self.assertEqual(a.line(), "OK")
+        self.assertLess(took, 0.020)
+
+    def test_timed_out_waiter_grant_is_undone(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE u TTL 150"), r"^OK ")
+        # The lease runs out just as the wait does; whatever wins, the
+        # lock is not left held by nobody.
+        self.assertIn(b.cmd("ACQUIRE u WAIT 150").split()[0], ("OK", "TIMEOUT"))
+        time.sleep(0.1)
+        if self.redis("EXISTS", "lockbroker:{u}"):
+            self.assertEqual(len(b.until_end("LOCKS")), 1)
+
+
+class Churn(BrokerTest):
+    """Waiters that time out, leave mid-attempt and come back, on two
+    brokers at once: the broker must stay consistent and lose nothing."""
+
+    conf = {"locks": {"lease_ms": 200, "retry_min_ms": 1, "retry_max_ms": 20}}
+
+    def test_churn(self):
+        import random
+        other = self.start_broker(self.conf, name="other")
+        rng = random.Random(7)
+        stop = time.monotonic() + 3.0
+        errors = []
+
+        def worker(seed):
+            r = random.Random(seed)
+            broker = self.broker if seed % 2 else other
+            c = broker.client()
+            try:
+                while time.monotonic() < stop:
+                    name = "c%d" % r.randrange(3)
+                    line = "ACQUIRE %s WAIT %d" % (name, r.randrange(0, 40))
+                    if r.random() < 0.3:
+                        line += " TTL %d" % r.randrange(10, 100)
+                    if r.random() < 0.2:
+                        c.send(line)  # and leave while it is in flight
+                        c.close()
+                        c = broker.client()
+                        continue
+                    reply = c.cmd(line)
+                    if reply.startswith("EVENT LOST"):
+                        reply = c.line()
+                    if reply.startswith("OK"):
+                        time.sleep(r.random() * 0.01)
+                        rel = c.cmd("RELEASE " + name)
+                        if rel.startswith("EVENT LOST"):
+                            rel = c.line()
+                        if rel not in ("OK",) and not rel.startswith("ERR NOTHELD"):
+                            errors.append(rel)
+                    elif reply != "TIMEOUT":
+                        errors.append(reply)
+            except OSError as e:
+                errors.append(repr(e))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=worker, args=(rng.random(),))
+                   for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        for b in (self.broker, other):
+            wait_for(lambda: b.info()["waiters"] == "0", 5)
+            wait_for(lambda: b.info()["locks_held"] == "0", 5)
+        wait_for(lambda: not self.redis("KEYS", "lockbroker:{c?}"), 5)
+
+
+class TwoBrokersKill(BrokerTest):
+    conf = {"locks": {"lease_ms": 1000}}
+
+    def test_kill_9_holder_broker(self):
+        other = self.start_broker(name="other")
+        a, b = self.client(), self.client(other)
+        self.assertRegex(a.cmd("ACQUIRE k"), r"^OK ")
+        b.send("ACQUIRE k")
+        wait_for(lambda: waiters(other) == 1)
+        time.sleep(0.5)
+        start = time.monotonic()
+        self.broker.proc.send_signal(signal.SIGKILL)
+        self.broker.proc.wait()
+        self.brokers.remove(self.broker)
+        self.assertRegex(b.line(), r"^OK ")
+        took = time.monotonic() - start
+        self.assertLess(took, 1.0 + 0.1)
+
+
+class Limits(BrokerTest):
+    conf = {"limits": {"max_waiters": 2}}
+
+    def test_max_waiters(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE m"), r"^OK ")
+        w1, w2, w3 = self.client(), self.client(), self.client()
+        w1.send("ACQUIRE m")
+        w2.send("ACQUIRE m WAIT 10000")
+        wait_for(lambda: waiters(self.broker) == 2)
+        self.assertEqual(w3.cmd("ACQUIRE m"), "ERR LIMIT too many waiters")
+        self.assertEqual(w3.cmd("ACQUIRE m WAIT 0"), "TIMEOUT")
+        self.assertEqual(a.cmd("RELEASE m"), "OK")
+        self.assertRegex(w1.line(), r"^OK ")
+
+
+class DefaultWait(BrokerTest):
+    conf = {"locks": {"default_wait_ms": 200}}
+
+    def test_default_wait_applies_without_wait(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE dw"), r"^OK ")
+        start = time.monotonic()
+        self.assertEqual(b.cmd("ACQUIRE dw"), "TIMEOUT")
+        self.assertGreaterEqual(time.monotonic() - start, 0.2)
+
+
+if __name__ == "__main__":
+    main()
