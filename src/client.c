@@ -271,13 +271,37 @@ client_free(struct client *c, bool vanished)
 	free(c);
 }
 
+/* Graceful stop: read no more, let replies drain, then free each. */
 void
 client_close_all(void)
 {
 	struct client *c;
 
-	while ((c = TAILQ_FIRST(&cl.all)) != NULL)
-		client_free(c, false);
+	TAILQ_FOREACH(c, &cl.all, entry)
+	{
+		if (!c->closing) {
+			c->quit = true; /* our stop, not the client vanishing */
+			client_close(c);
+		}
+	}
+}
+
+unsigned
+client_count(void)
+{
+	return cl.count;
+}
+
+/* limits.max_line may have changed: the line buffer follows it. */
+void
+client_reload(void)
+{
+	size_t size = (size_t)cl.cf->limits.max_line + 2;
+
+	if (size == cl.line_size)
+		return;
+	cl.line = xrealloc(cl.line, size, 1);
+	cl.line_size = size;
 }
 
 void
@@ -293,7 +317,10 @@ client_init(struct event_base *base, const struct config *cf)
 void
 client_shutdown(void)
 {
-	client_close_all();
+	struct client *c;
+
+	while ((c = TAILQ_FIRST(&cl.all)) != NULL)
+		client_free(c, false);
 	free(cl.line);
 	cl.line = NULL;
 }

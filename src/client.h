@@ -16,8 +16,12 @@ struct config;
 void client_init(struct event_base *base, const struct config *cf);
 /* A new connection from the listener; the client module owns fd now. */
 void client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen);
-/* Close every connection (their locks are released). */
+/* Stop reading everywhere; each client goes once its replies are out. */
 void client_close_all(void);
+unsigned client_count(void);
+/* Apply a reloaded configuration (the line buffer's size). */
+void client_reload(void);
+/* Free every client at once (their locks are released). */
 void client_shutdown(void);
 
 #endif

@@ -441,15 +441,28 @@ cmd_read_secret(const char *path)
 	char buf[1024];
 	FILE *f;
 
-	if ((f = fopen(path, "r")) == NULL)
-		fatal("auth.secret_file %s", path);
+	if ((f = fopen(path, "r")) == NULL) {
+		log_warn("auth.secret_file %s", path);
+		return NULL;
+	}
 	if (fgets(buf, sizeof buf, f) == NULL)
 		buf[0] = '\0';
 	fclose(f);
 	buf[strcspn(buf, "\r\n")] = '\0';
-	if (buf[0] == '\0')
-		fatalx("auth.secret_file %s: empty", path);
+	if (buf[0] == '\0') {
+		log_warnx("auth.secret_file %s: empty", path);
+		return NULL;
+	}
 	return xstrdup(buf);
+}
+
+/* The secret in force: auth.secret_file wins over auth.secret. */
+static char *
+cmd_secret(const struct config *cf)
+{
+	if (cf->auth.secret_file[0] != '\0')
+		return cmd_read_secret(cf->auth.secret_file);
+	return xstrdup(cf->auth.secret);
 }
 
 void
@@ -457,10 +470,22 @@ cmd_init(const struct config *cf)
 {
 	cmds.cf = cf;
 	cmds.started = time(NULL);
-	if (cf->auth.secret_file[0] != '\0')
-		cmds.secret = cmd_read_secret(cf->auth.secret_file);
-	else
-		cmds.secret = xstrdup(cf->auth.secret);
+	if ((cmds.secret = cmd_secret(cf)) == NULL)
+		fatalx("cannot read the AUTH secret");
+}
+
+/* A new secret applies to connections made from now on. */
+void
+cmd_reload(void)
+{
+	char *secret = cmd_secret(cmds.cf);
+
+	if (secret == NULL) {
+		log_warnx("reload: keeping the old AUTH secret");
+		return;
+	}
+	freezero_str(cmds.secret);
+	cmds.secret = secret;
 }
 
 void

@@ -48,6 +48,7 @@ struct cmd_entry {
 };
 
 void cmd_init(const struct config *cf);
+void cmd_reload(void);
 void cmd_shutdown(void);
 const struct cmd_entry *cmd_lookup(const char *verb);
 

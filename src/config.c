@@ -962,3 +962,44 @@ config_diff(const struct config *a, const struct config *b, config_diff_fn *fn,
 			fn(k->name, (k->flags & KF_RELOAD) != 0, arg);
 	}
 }
+
+/* How many bytes a key's field takes in struct config. */
+static size_t
+config_key_size(const struct config_key *k)
+{
+	switch (k->type) {
+	case CT_INT:
+	case CT_MODE:
+		return sizeof(int);
+	case CT_INT64:
+		return sizeof(int64_t);
+	case CT_DOUBLE:
+		return sizeof(double);
+	case CT_BOOL:
+		return sizeof(bool);
+	case CT_STRING:
+		return sizeof(char *);
+	case CT_LIST:
+		return 0; /* no list is reloadable */
+	}
+	return 0;
+}
+
+void
+config_apply_reloadable(struct config *live, struct config *fresh)
+{
+	unsigned char tmp[sizeof(int64_t) + sizeof(double)];
+	const struct config_key *k;
+	size_t i, n;
+
+	for (i = 0; i < nitems(config_keys); i++) {
+		k = &config_keys[i];
+		if (!(k->flags & KF_RELOAD) || (n = config_key_size(k)) == 0)
+			continue;
+		/* Swapped, not copied: fresh then owns (and frees) the old. */
+		memcpy(tmp, config_field(live, k->off), n);
+		memcpy(
+		    config_field(live, k->off), config_field(fresh, k->off), n);
+		memcpy(config_field(fresh, k->off), tmp, n);
+	}
+}

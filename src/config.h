@@ -112,4 +112,10 @@ typedef void config_diff_fn(const char *key, bool reloadable, void *arg);
 void config_diff(const struct config *a, const struct config *b,
     config_diff_fn *fn, void *arg);
 
+/*
+ * Reload: move every reloadable key's value from fresh into live, and the
+ * old values into fresh (free it after). Restart-only keys stay as they are.
+ */
+void config_apply_reloadable(struct config *live, struct config *fresh);
+
 #endif

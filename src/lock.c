@@ -76,6 +76,7 @@ static struct {
 	size_t nbuckets;
 	size_t nnames;
 	unsigned nwaiters;
+	bool stopping; /* SIGTERM: no more waiting */
 } lk;
 
 static void lock_attempt(struct lock_name *ln);
@@ -719,6 +720,10 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 	struct lock_hold *h;
 	struct lock_name *ln;
 
+	if (lk.stopping) {
+		lock_set_err(res, PERR_SHUTDOWN, "the broker is stopping");
+		return false;
+	}
 	if (!lock_check_name(name, res) || !lock_check_token(a->token, res))
 		return false;
 	if (a->ttl_ms != 0 && !lock_check_ttl(a->ttl_ms, res))
@@ -1019,6 +1024,28 @@ lock_init(struct event_base *base, const struct config *cf)
 	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
 	lockdb_init(cf->redis.prefix);
 	redisc_subscribe(lockdb_channel(), lock_message_cb, NULL);
+}
+
+/* A graceful stop: every waiter here is told ERR SHUTDOWN. */
+void
+lock_stop(void)
+{
+	struct lock_name *ln, *next;
+	struct lock_req *req;
+
+	lk.stopping = true;
+	for (size_t i = 0; i < lk.nbuckets; i++) {
+		for (ln = LIST_FIRST(&lk.buckets[i]); ln != NULL; ln = next) {
+			ln->refs++;
+			while ((req = TAILQ_FIRST(&ln->waiters)) != NULL) {
+				lock_answer_err(req, PERR_SHUTDOWN,
+				    "the broker is stopping");
+				lock_abandon(req);
+			}
+			next = LIST_NEXT(ln, entry);
+			lock_name_unref(ln);
+		}
+	}
 }
 
 void

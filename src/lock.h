@@ -80,6 +80,8 @@ struct lock_acquire_args {
 };
 
 void lock_init(struct event_base *base, const struct config *cf);
+/* SIGTERM: answer every waiter ERR SHUTDOWN, refuse new ACQUIREs. */
+void lock_stop(void);
 void lock_shutdown(void);
 /*
  * The owner's input ended, so it can no longer cancel a wait by leaving:

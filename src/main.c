@@ -35,6 +35,8 @@ static struct {
 	struct event *drain_ev;
 	uint64_t drain_deadline_ms;
 	bool stopping;
+	const char *path; /* the configuration file, read again on HUP */
+	bool must_exist;  /* it was named with -c */
 } m;
 
 static void __attribute__((noreturn)) usage(int code)
@@ -59,20 +61,25 @@ main_notify(const char *state)
 #endif
 }
 
-/* Stop once every release we sent has an answer, or time is up. */
+/* Stop once every client is gone and every release we sent has an
+ * answer, or when Redis has had command_timeout_ms to give them. */
 static void
 main_drain_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct timeval tv = { 0, MAIN_DRAIN_TICK_MS * 1000 };
 
-	if (redisc_idle() || mono_ms() >= m.drain_deadline_ms) {
+	if ((client_count() == 0 && redisc_idle()) ||
+	    mono_ms() >= m.drain_deadline_ms) {
 		event_base_loopexit(m.base, NULL);
 		return;
 	}
 	evtimer_add(m.drain_ev, &tv);
 }
 
-/* SIGTERM/SIGINT: stop accepting, release what our clients hold, exit. */
+/*
+ * SIGTERM/SIGINT: stop accepting, tell waiters ERR SHUTDOWN, let replies
+ * drain, release in Redis what our clients hold, then exit.
+ */
 static void
 main_stop_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -82,18 +89,49 @@ main_stop_cb(evutil_socket_t sig, short what, void *arg)
 	log_info("signal %d: stopping", (int)sig);
 	main_notify("STOPPING=1");
 	listener_close();
+	lock_stop();
 	client_close_all();
-	m.drain_deadline_ms =
-	    mono_ms() + (uint64_t)m.cf.redis.command_timeout_ms;
+	m.drain_deadline_ms = mono_ms() +
+	    (uint64_t)m.cf.redis.command_timeout_ms + MAIN_DRAIN_TICK_MS;
 	main_drain_cb(-1, 0, NULL);
 }
 
 static void
+main_diff_cb(const char *key, bool reloadable, void *arg)
+{
+	unsigned *counts = arg;
+
+	if (reloadable)
+		log_info("reload: %s changed", key);
+	else
+		log_warnx("reload: %s changed but needs a restart; the old "
+			  "value stays",
+		    key);
+	counts[reloadable ? 0 : 1]++;
+}
+
+/* SIGHUP: read the file again; apply what can change, keep the rest. */
+static void
 main_hup_cb(evutil_socket_t sig, short what, void *arg)
 {
-	/* Reload is not built yet; saying so beats dying on the default. */
-	log_warnx("SIGHUP: reload is not supported yet; restart to apply "
-		  "changes");
+	struct config fresh;
+	unsigned counts[2] = { 0, 0 };
+	char err[1024];
+
+	if (config_load(&fresh, m.path, m.must_exist, err, sizeof err) != 0) {
+		log_warnx("reload: %s; keeping the running configuration", err);
+		return;
+	}
+	main_notify("RELOADING=1");
+	config_diff(&m.cf, &fresh, main_diff_cb, counts);
+	config_apply_reloadable(&m.cf, &fresh);
+	config_free(&fresh);
+	log_set_level((enum log_level)log_level_parse(m.cf.log.level));
+	cmd_reload();
+	client_reload();
+	log_info("reload: %u change(s) applied, %u need a restart", counts[0],
+	    counts[1]);
+	main_notify("READY=1");
 }
 
 static void
@@ -117,6 +155,8 @@ main_load_config(const char *path, bool must_exist)
 {
 	char err[1024];
 
+	m.path = path;
+	m.must_exist = must_exist;
 	if (config_load(&m.cf, path, must_exist, err, sizeof err) != 0) {
 		fprintf(stderr, "lockbrokerd: %s\n", err);
 		exit(1);

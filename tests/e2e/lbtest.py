@@ -148,14 +148,28 @@ class Broker:
             "redis": {"host": "127.0.0.1", "port": redis_port},
             "log": {"level": "debug"},
         }
-        for group, keys in (conf or {}).items():
-            sections.setdefault(group, {}).update(keys)
+        self.base = sections
         self.conf = os.path.join(tmpdir, name + ".conf")
-        with open(self.conf, "w") as f:
-            f.write(render_conf(sections))
+        self.write_conf(conf)
         self.log = os.path.join(tmpdir, name + ".log")
         self.proc = None
         self.start()
+
+    def write_conf(self, conf=None, raw=None):
+        """Write the config file: the base sections plus conf, or raw."""
+        sections = {g: dict(k) for g, k in self.base.items()}
+        for group, keys in (conf or {}).items():
+            sections.setdefault(group, {}).update(keys)
+        with open(self.conf, "w") as f:
+            f.write(raw if raw is not None else render_conf(sections))
+
+    def reload(self, conf=None, raw=None):
+        """Rewrite the file, SIGHUP, and wait until the log says so."""
+        before = self.logtext().count("reload:")
+        self.write_conf(conf, raw)
+        self.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.logtext().count("reload:") > before)
+        time.sleep(0.05)
 
     def start(self, wait_redis=True):
         self.logf = open(self.log, "ab")

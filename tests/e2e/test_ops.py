@@ -1,0 +1,88 @@
+"""Operating it: graceful stop on SIGTERM, reload on SIGHUP."""
+
+import os
+import signal
+import time
+
+from lbtest import BrokerTest, main, wait_for
+
+
+class Stop(BrokerTest):
+
+    def test_sigterm_answers_waiters_and_releases(self):
+        holder, waiter, keeper = self.client(), self.client(), self.client()
+        self.assertRegex(holder.cmd("ACQUIRE s1"), r"^OK ")
+        self.assertRegex(holder.cmd("ACQUIRE s2 TTL 60000"), r"^OK ")
+        tok = keeper.cmd("ACQUIRE s3 TTL 60000 KEEP").split()[3]
+        waiter.send("ACQUIRE s1")
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        start = time.monotonic()
+        self.assertEqual(self.broker.stop(), 0)
+        self.assertLess(time.monotonic() - start, 2.0)
+        self.assertEqual(waiter.line(), "ERR SHUTDOWN the broker is stopping")
+        self.assertTrue(waiter.closed())
+        self.assertTrue(holder.closed())
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{s1}"), 0)
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{s2}"), 0)
+        # A kept lock outlives connections, and so this broker too.
+        self.assertEqual(self.redis("GET", "lockbroker:{s3}"), tok)
+        self.assertIn("signal 15: stopping", self.broker.logtext())
+
+    def test_sigterm_with_redis_stopped(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE p"), r"^OK ")
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            self.assertEqual(self.broker.stop(), 0)
+            took = time.monotonic() - start
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        self.assertLess(took, 1.0 + 0.5)  # command_timeout_ms + margin
+
+
+class Reload(BrokerTest):
+
+    def test_reload_applies_reloadable_keys(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE r1"), r"^OK ")
+        self.assertRegex(a.cmd("ACQUIRE r2"), r"^OK ")
+        port = self.broker.port
+        self.broker.reload({"limits": {"max_locks_per_client": 2},
+                            "listen": {"port": port + 1 if port < 65535 else port - 1},
+                            "log": {"level": "info"}})
+        log = self.broker.logtext()
+        self.assertIn("reload: limits.max_locks_per_client changed", log)
+        self.assertIn("reload: listen.port changed but needs a restart", log)
+        self.assertIn("1 need a restart", log)
+        self.assertRegex(a.cmd("ACQUIRE r3"), r"^ERR LIMIT ")
+        b = self.client()  # still on the old port
+        self.assertEqual(b.cmd("PING"), "PONG")
+        # log.level went from debug to info: no more debug lines.
+        mark = len(self.broker.logtext())
+        c = self.client()
+        c.cmd("PING")
+        c.close()
+        time.sleep(0.1)
+        self.assertNotIn("debug:", self.broker.logtext()[mark:])
+
+    def test_bad_file_keeps_running_config(self):
+        a = self.client()
+        self.broker.reload(raw="limits = { max_clients = 0; };\n")
+        log = self.broker.logtext()
+        self.assertRegex(log, r"reload: .*broker.conf:1: limits.max_clients: "
+                              r".*keeping the running configuration")
+        self.assertEqual(a.cmd("PING"), "PONG")
+        self.assertRegex(a.cmd("ACQUIRE still"), r"^OK ")
+
+    def test_reload_auth_secret(self):
+        self.broker.reload({"auth": {"secret": "now-needed"}})
+        self.broker.secret = "now-needed"
+        a = self.client()
+        self.assertEqual(a.cmd("ACQUIRE z"), "ERR NOAUTH AUTH first")
+        self.assertEqual(a.cmd("AUTH now-needed"), "OK")
+        self.assertRegex(a.cmd("ACQUIRE z"), r"^OK ")
+
+
+if __name__ == "__main__":
+    main()
