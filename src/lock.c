@@ -45,14 +45,25 @@ struct lock_req {
 	char token[PROTO_TOKEN_MAX + 1];
 	bool own_token; /* the broker made it: nobody else knows it */
 	unsigned tries; /* attempts sent, for an ACQUIRE */
+	bool unsure;	/* an attempt got no answer: it may have been granted */
+	bool granted;
 	bool queued;
 	bool in_flight;
 	enum lock_kind kind;
 	uint64_t ttl_ms;
 	uint64_t fence; /* OP_VALIDATE */
 	int64_t wait_ms;
-	uint64_t start_ms; /* monotonic, read before sending */
+	uint64_t start_ms;     /* monotonic, read before sending */
+	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
 	struct event *deadline_ev;
+};
+
+/* A release Redis could not be told about: done when Redis is back. */
+struct lock_unreleased {
+	TAILQ_ENTRY(lock_unreleased) entry;
+	char token[PROTO_TOKEN_MAX + 1];
+	uint64_t lease_end_ms; /* 0: unknown, ask Redis */
+	char name[];
 };
 
 /* Per name: the local holds and the local queue, alive while referenced. */
@@ -77,6 +88,9 @@ static struct {
 	size_t nnames;
 	unsigned nwaiters;
 	bool stopping; /* SIGTERM: no more waiting */
+	TAILQ_HEAD(, lock_unreleased) unreleased;
+	unsigned nunreleased;
+	struct event *unreleased_ev; /* try them again while any are left */
 } lk;
 
 static void lock_attempt(struct lock_name *ln);
@@ -182,9 +196,18 @@ lock_req_new(
 	return req;
 }
 
+static void lock_remember_release(const struct lock_req *req);
+
 static void
 lock_req_free(struct lock_req *req)
 {
+	/* An attempt Redis may have granted unseen is undone when it can be:
+	 * the token is this request's alone unless the client chose it. */
+	if (req->op == OP_ACQUIRE && req->unsure && !req->granted &&
+	    req->own_token && !lk.stopping) {
+		req->lease_end_ms = req->start_ms + req->ttl_ms;
+		lock_remember_release(req);
+	}
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
 	lock_name_unref(req->ln);
@@ -295,18 +318,54 @@ lock_owner_find(struct lock_owner *o, const char *name)
 /* Release for nobody in particular; a vanished holder's lock is kept for
  * lock_delay_ms instead (Chubby's lock-delay), by shortening its lease. */
 static void lock_orphan_cb(const struct lockdb_reply *r, void *arg);
+static void lock_remember_release(const struct lock_req *req);
+static void lock_timer(struct event *ev, uint64_t ms);
 
 static void
-lock_release_orphan(const char *name, const char *token, bool vanished)
+lock_release_orphan(
+    const char *name, const char *token, bool vanished, uint64_t lease_end_ms)
 {
 	struct lock_req *req = lock_req_new(OP_ORPHAN, NULL, name, token);
 	uint64_t delay = (uint64_t)lk.cf->locks.lock_delay_ms;
 
 	req->in_flight = true;
+	req->lease_end_ms = lease_end_ms;
 	if (vanished && delay > 0)
 		lockdb_extend(name, token, delay, lock_orphan_cb, req);
 	else
 		lockdb_release(name, token, lock_orphan_cb, req);
+}
+
+/*
+ * Keep a release Redis did not confirm, to do when it is back. Bounded:
+ * past max_waiters entries the oldest is dropped (its lease ends anyway).
+ */
+static void
+lock_remember_release(const struct lock_req *req)
+{
+	size_t len = strlen(req->ln->name);
+	struct lock_unreleased *u = xcalloc(1, sizeof *u + len + 1);
+
+	memcpy(u->name, req->ln->name, len + 1);
+	snprintf(u->token, sizeof u->token, "%s", req->token);
+	u->lease_end_ms = req->lease_end_ms;
+	TAILQ_INSERT_TAIL(&lk.unreleased, u, entry);
+	/* Redis may answer again without a reconnect (it was only slow). */
+	if (!evtimer_pending(lk.unreleased_ev, NULL))
+		lock_timer(lk.unreleased_ev,
+		    (uint64_t)lk.cf->redis.command_timeout_ms);
+	if (++lk.nunreleased > (unsigned)lk.cf->limits.max_waiters) {
+		u = TAILQ_FIRST(&lk.unreleased);
+		TAILQ_REMOVE(&lk.unreleased, u, entry);
+		lk.nunreleased--;
+		log_warnx("lock %s: too many releases waiting for Redis; this "
+			  "one is left to its lease",
+		    u->name);
+		free(u);
+	}
+	log_info("lock %s: Redis unavailable; will release it when Redis is "
+		 "back",
+	    req->ln->name);
 }
 
 static void
@@ -317,8 +376,70 @@ lock_orphan_cb(const struct lockdb_reply *r, void *arg)
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		lock_kick(req->ln);
-	}
+	} else if (r->status == LDB_UNAVAILABLE && req->op == OP_ORPHAN &&
+	    !lk.stopping)
+		lock_remember_release(req);
 	lock_req_free(req);
+}
+
+/* A remembered release, done late: say whether it was still needed. */
+static void
+lock_late_release_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+
+	if (r->status == LDB_OK) {
+		STAT_INC(releases_total);
+		log_info(
+		    "lock %s: released after Redis came back", req->ln->name);
+		lock_kick(req->ln);
+	} else if (r->status == LDB_NO)
+		log_info("lock %s: its lease ran out before Redis came back",
+		    req->ln->name);
+	else
+		lock_remember_release(req);
+	lock_req_free(req);
+}
+
+static void lock_redis_up(void *arg);
+
+static void
+lock_unreleased_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lock_redis_up(NULL);
+}
+
+/* Redis is back (or was only slow): do the releases we owe. */
+static void
+lock_redis_up(void *arg)
+{
+	struct lock_unreleased *u;
+	struct lock_req *req;
+	uint64_t now = mono_ms();
+
+	if (!redisc_up()) {
+		if (!TAILQ_EMPTY(&lk.unreleased))
+			lock_timer(lk.unreleased_ev,
+			    (uint64_t)lk.cf->redis.command_timeout_ms);
+		return;
+	}
+
+	while ((u = TAILQ_FIRST(&lk.unreleased)) != NULL) {
+		TAILQ_REMOVE(&lk.unreleased, u, entry);
+		lk.nunreleased--;
+		if (u->lease_end_ms != 0 && now >= u->lease_end_ms) {
+			log_info("lock %s: its lease ran out before Redis came "
+				 "back",
+			    u->name);
+		} else {
+			req = lock_req_new(OP_ORPHAN, NULL, u->name, u->token);
+			req->in_flight = true;
+			req->lease_end_ms = u->lease_end_ms;
+			lockdb_release(
+			    u->name, u->token, lock_late_release_cb, req);
+		}
+		free(u);
+	}
 }
 
 static const char *const lock_lost_reasons[] = { "expired", "stolen",
@@ -342,7 +463,8 @@ lock_lost(struct lock_hold *h, enum lock_lost why)
 	    ln->name, fence, lock_lost_reasons[why]);
 	ln->refs++;
 	if (why != LOST_STOLEN)
-		lock_release_orphan(ln->name, h->token, why == LOST_MAXHOLD);
+		lock_release_orphan(
+		    ln->name, h->token, why == LOST_MAXHOLD, h->valid_until_ms);
 	lock_hold_free(h);
 	o->ops->lost(o, ln->name, fence, lock_lost_reasons[why]);
 	lock_kick(ln);
@@ -550,13 +672,16 @@ lock_granted(struct lock_req *req, uint64_t fence)
 	struct lock_owner *o = req->owner;
 
 	STAT_INC(grants_total);
+	req->granted = true;
 	lock_dequeue(req);
 	if (o == NULL) {
 		/* Asked for, then left or timed out: give it straight back,
 		 * unless it is a kept lock under the client's own token (it
 		 * can ask again with that token and learn the fence). */
 		if (req->kind != LOCK_KEEP || req->own_token)
-			lock_release_orphan(req->ln->name, req->token, false);
+			lock_release_orphan(req->ln->name, req->token, false,
+			    util_validity_end(req->start_ms, req->ttl_ms,
+				lk.cf->locks.clock_drift));
 		return;
 	}
 	lock_hold_set(o, req, fence);
@@ -576,6 +701,8 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 	ln->refs++;
 	ln->attempting = false;
 	req->in_flight = false;
+	if (r->status == LDB_UNAVAILABLE)
+		req->unsure = true;
 	if (r->status == LDB_OK) {
 		lock_granted(req, r->fence);
 		next = req->ttl_ms; /* ours now: the rest wait for it */
@@ -785,6 +912,18 @@ lock_acquire(struct lock_owner *o, const char *name,
 	return 0;
 }
 
+/* When a local hold under token stops being trusted; 0 if none is known. */
+static uint64_t
+lock_lease_end(struct lock_name *ln, const char *token)
+{
+	struct lock_hold *h;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (strcmp(h->token, token) == 0)
+		return h->valid_until_ms;
+	return 0;
+}
+
 /* Without TOKEN the connection must hold it; with TOKEN anyone may act. */
 static const char *
 lock_token_for(struct lock_owner *o, const char *name, const char *token,
@@ -818,16 +957,19 @@ lock_release_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
 
-	if (r->status == LDB_OK || r->status == LDB_NO)
-		lock_drop_token(req->ln, req->token); /* not ours either way */
+	/* Not ours either way; or ours until Redis hears of it (below). */
+	lock_drop_token(req->ln, req->token);
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		lock_answer_status(req, LOCK_OK);
 		lock_kick(req->ln); /* hand over to the local head at once */
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
-	else
+	else {
+		if (r->status == LDB_UNAVAILABLE && !lk.stopping)
+			lock_remember_release(req);
 		lock_answer_db_error(req, r->status);
+	}
 	lock_req_free(req);
 }
 
@@ -841,6 +983,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		return -1;
 	req = lock_req_new(OP_RELEASE, o, name, token);
 	req->in_flight = true;
+	req->lease_end_ms = lock_lease_end(req->ln, req->token);
 	lockdb_release(name, req->token, lock_release_cb, req);
 	return 0;
 }
@@ -967,7 +1110,8 @@ lock_owner_gone(struct lock_owner *o, bool vanished)
 	while ((h = TAILQ_FIRST(&o->holds)) != NULL) {
 		/* Session and fixed locks end with their connection. */
 		if (h->kind != LOCK_KEEP)
-			lock_release_orphan(h->ln->name, h->token, vanished);
+			lock_release_orphan(
+			    h->ln->name, h->token, vanished, h->valid_until_ms);
 		lock_hold_free(h);
 	}
 }
@@ -1022,8 +1166,13 @@ lock_init(struct event_base *base, const struct config *cf)
 	lk.cf = cf;
 	lk.nbuckets = 64;
 	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
+	TAILQ_INIT(&lk.unreleased);
+	lk.unreleased_ev = evtimer_new(base, lock_unreleased_cb, NULL);
+	if (lk.unreleased_ev == NULL)
+		fatalx("lock: evtimer_new failed");
 	lockdb_init(cf->redis.prefix);
 	redisc_subscribe(lockdb_channel(), lock_message_cb, NULL);
+	redisc_on_connect(lock_redis_up, NULL);
 }
 
 /* A graceful stop: every waiter here is told ERR SHUTDOWN. */
@@ -1051,6 +1200,17 @@ lock_stop(void)
 void
 lock_shutdown(void)
 {
+	struct lock_unreleased *u;
+
+	while ((u = TAILQ_FIRST(&lk.unreleased)) != NULL) {
+		TAILQ_REMOVE(&lk.unreleased, u, entry);
+		log_warnx("lock %s: never released (Redis unavailable); its "
+			  "lease will end it",
+		    u->name);
+		free(u);
+	}
+	if (lk.unreleased_ev != NULL)
+		event_free(lk.unreleased_ev);
 	free(lk.buckets);
 	lk.buckets = NULL;
 }

@@ -57,6 +57,8 @@ static struct {
 	char channel[256];
 	redisc_msg_cb *msg_cb;
 	void *msg_arg;
+	void (*up_cb)(void *);
+	void *up_arg;
 	struct event *timeout_ev;
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_script *scripts[REDISC_MAX_SCRIPTS];
@@ -400,6 +402,8 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 		STAT_INC(redis_connects_total);
 	log_info("redis %s: connected to %s", conn->what,
 	    redisc_where(where, sizeof where));
+	if (conn == &rc.cmd && rc.up_cb != NULL)
+		rc.up_cb(rc.up_arg);
 }
 
 static void
@@ -494,6 +498,13 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	    (unsigned long long)delay);
 	redisc_timeval(&tv, delay);
 	evtimer_add(conn->reconnect_ev, &tv);
+}
+
+void
+redisc_on_connect(void (*fn)(void *), void *arg)
+{
+	rc.up_cb = fn;
+	rc.up_arg = arg;
 }
 
 void

@@ -35,6 +35,8 @@ struct redisc_script {
 typedef void redisc_msg_cb(const char *msg, size_t len, void *arg);
 
 void redisc_init(struct event_base *base, const struct config_redis *cf);
+/* Called each time the command connection is (re)established. */
+void redisc_on_connect(void (*fn)(void *), void *arg);
 /* One channel on a second connection; set before redisc_connect. */
 void redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg);
 /* Register a script; it is loaded at every (re)connect. */

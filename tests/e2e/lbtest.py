@@ -83,10 +83,11 @@ class Resp:
 
 
 class Redis:
-    def __init__(self, tmpdir, port=None, extra=()):
+    def __init__(self, tmpdir, port=None, extra=(), password=None):
         self.tmpdir = tmpdir
         self.port = port or free_port()
         self.extra = list(extra)
+        self.password = password
         self.proc = None
         self.start()
 
@@ -97,15 +98,21 @@ class Redis:
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
         wait_for(lambda: self.ping())
 
-    def ping(self):
+    def connect(self):
         r = Resp(self.port)
+        if self.password:
+            assert r("AUTH", self.password) == "OK"
+        return r
+
+    def ping(self):
+        r = self.connect()
         try:
             return r("PING") == "PONG"
         finally:
             r.close()
 
     def __call__(self, *args):
-        r = Resp(self.port)
+        r = self.connect()
         try:
             return r(*args)
         finally:
@@ -138,7 +145,8 @@ def render_conf(sections):
 
 
 class Broker:
-    def __init__(self, tmpdir, redis_port, conf=None, name="broker"):
+    def __init__(self, tmpdir, redis_port, conf=None, name="broker",
+                 wait_redis=True):
         self.tmpdir = tmpdir
         self.port = free_port()
         self.name = name
@@ -153,7 +161,7 @@ class Broker:
         self.write_conf(conf)
         self.log = os.path.join(tmpdir, name + ".log")
         self.proc = None
-        self.start()
+        self.start(wait_redis)
 
     def write_conf(self, conf=None, raw=None):
         """Write the config file: the base sections plus conf, or raw."""

@@ -1,0 +1,179 @@
+"""Redis faults: kill -9 under load, SIGSTOP with waiters, releases Redis
+could not hear about, AUTH and ACL users."""
+
+import os
+import signal
+import threading
+import time
+
+from lbtest import BrokerTest, Redis, main, wait_for
+
+AOF = ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+class Faults(BrokerTest):
+    conf = {"redis": {"command_timeout_ms": 500, "reconnect_min_ms": 50,
+                      "reconnect_max_ms": 1000},
+            "locks": {"retry_min_ms": 5, "retry_max_ms": 200}}
+
+    def setUp(self):
+        super().setUp()
+        # Durable Redis, so a restart keeps fences (and locks).
+        self.redis.kill()
+        self.redis.extra = AOF
+        self.redis.start()
+        wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
+
+    def test_kill_9_redis_under_load(self):
+        stop = threading.Event()
+        results, errors, lock = [], [], threading.Lock()
+
+        def worker(i):
+            c = self.broker.client()
+            name = "load%d" % (i % 4)
+            try:
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    reply = c.cmd("ACQUIRE %s WAIT 0 TTL 2000" % name)
+                    took = time.monotonic() - t0
+                    with lock:
+                        results.append((took, reply))
+                    if reply.startswith("OK "):
+                        with lock:
+                            results.append((0, "FENCE %s %s" % (
+                                name, reply.split()[1])))
+                        t0 = time.monotonic()
+                        rel = c.cmd("RELEASE " + name)
+                        with lock:
+                            results.append((time.monotonic() - t0, rel))
+            except OSError as e:
+                errors.append(repr(e))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=worker, args=(i,))
+                   for i in range(20)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        self.redis.kill()
+        time.sleep(1.0)
+        self.redis.start()
+        up = time.monotonic()
+        wait_for(lambda: self.broker.info()["redis_up"] == "1", 5)
+        back = time.monotonic() - up
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertLess(back, 1.0 + 0.2)  # reconnect_max_ms
+        kinds = {}
+        for took, reply in results:
+            if reply.startswith("FENCE"):
+                continue
+            self.assertLess(took, 0.5 + 0.1, reply)
+            kind = reply.split()[0] if not reply.startswith("ERR") else \
+                " ".join(reply.split()[:2])
+            self.assertIn(kind, ("OK", "TIMEOUT", "ERR UNAVAILABLE",
+                                 "ERR NOTHELD"), reply)
+            kinds[kind] = kinds.get(kind, 0) + 1
+        self.assertGreater(kinds.get("ERR UNAVAILABLE", 0), 0)
+        self.assertGreater(kinds.get("OK", 0), 100)
+        fences = [r.split()[1:] for _, r in results if r.startswith("FENCE")]
+        self.assertEqual(len(fences), len(set(map(tuple, fences))),
+                         "a fence was granted twice")
+        # And it serves again, without a restart of the broker.
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE after WAIT 0"), r"^OK ")
+
+    def test_sigstop_redis_waiters_served_in_order(self):
+        holder = self.client()
+        self.assertRegex(holder.cmd("ACQUIRE st"), r"^OK ")
+        waiters = [self.client() for _ in range(20)]
+        for i, w in enumerate(waiters):
+            w.send("ACQUIRE st")
+            wait_for(lambda: self.broker.info()["waiters"] == str(i + 1))
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            self.assertRegex(holder.cmd("RELEASE st"), r"^ERR UNAVAILABLE ")
+            self.assertLess(time.monotonic() - start, 0.5 + 0.1)
+            time.sleep(2.0 - (time.monotonic() - start))
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        fences = []
+        for w in waiters:
+            reply = w.line()
+            self.assertRegex(reply, r"^OK \d+ ")
+            fences.append(int(reply.split()[1]))
+            self.assertEqual(w.cmd("RELEASE st"), "OK")
+        self.assertEqual(fences, sorted(set(fences)))
+        self.assertEqual(self.broker.info()["waiters"], "0")
+
+    def test_release_done_when_redis_returns(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE late TTL 60000"), r"^OK ")
+        self.redis.kill()
+        self.assertRegex(a.cmd("RELEASE late"), r"^ERR UNAVAILABLE ")
+        self.redis.start()  # the AOF brings the lock back
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{late}") == 0, 5)
+        self.assertIn("lock late: released after Redis came back",
+                      self.broker.logtext())
+
+    def test_release_not_needed_when_lease_ran_out(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE gone TTL 300"), r"^OK ")
+        self.redis.kill()
+        self.assertRegex(a.cmd("RELEASE gone"), r"^ERR UNAVAILABLE ")
+        time.sleep(0.4)
+        self.redis.start()
+        wait_for(lambda: "lock gone: its lease ran out before Redis came "
+                         "back" in self.broker.logtext(), 5)
+
+
+class Auth(BrokerTest):
+    """Redis with requirepass, and with an ACL user."""
+
+    def setUp(self):
+        import tempfile, shutil
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        self.redis = Redis(self.tmpdir, extra=["--requirepass", "r3dis-pw"],
+                           password="r3dis-pw")
+        self.addCleanup(self.redis.kill)
+        self.redis("ACL", "SETUSER", "broker", "on", ">broker-pw", "~lockbroker:*",
+                   "&lockbroker:*", "+@all")
+        self.clients, self.brokers = [], []
+
+    def test_requirepass(self):
+        b = self.start_broker({"redis": {"password": "r3dis-pw"}})
+        self.assertRegex(self.client(b).cmd("ACQUIRE p"), r"^OK ")
+
+    def test_acl_user_and_password_file(self):
+        path = os.path.join(self.tmpdir, "redis.pw")
+        with open(path, "w") as f:
+            f.write("broker-pw\n")
+        b = self.start_broker({"redis": {"username": "broker",
+                                         "password_file": path}})
+        c = self.client(b)
+        self.assertRegex(c.cmd("ACQUIRE acl"), r"^OK ")
+        self.assertEqual(c.cmd("RELEASE acl"), "OK")
+
+    def test_wrong_password(self):
+        from lbtest import Broker
+        b = Broker(self.tmpdir, self.redis.port,
+                   {"redis": {"password": "wrong", "reconnect_min_ms": 50,
+                              "reconnect_max_ms": 200}},
+                   wait_redis=False)
+        self.brokers.append(b)
+        self.addCleanup(self._kill, b)
+        c = self.client(b)
+        wait_for(lambda: b.logtext().count("AUTH failed") >= 2, 5)
+        self.assertIn("WRONGPASS", b.logtext())
+        self.assertRegex(c.cmd("ACQUIRE w WAIT 0"), r"^ERR UNAVAILABLE ")
+        self.assertEqual(c.cmd("PING"), "PONG")
+
+
+if __name__ == "__main__":
+    main()
