@@ -28,6 +28,10 @@
 #include "stats.h"
 #include "xmalloc.h"
 
+/* Replies a client may leave unread before it is dropped (Redis's
+ * client-output-buffer-limit, in spirit). */
+#define CLIENT_MAX_OUTPUT (4 * 1024 * 1024)
+
 struct client {
 	TAILQ_ENTRY(client) entry;
 	struct session s;
@@ -38,6 +42,7 @@ struct client {
 	bool closing; /* flush the output, then free */
 	bool eof;     /* the peer is done sending; finish, close */
 	bool quit;    /* closed by QUIT (or AUTH), not vanished */
+	bool ended;   /* its session (locks, wait) is over */
 };
 
 static struct {
@@ -51,6 +56,7 @@ static struct {
 } cl;
 
 static void client_free(struct client *c, bool vanished);
+static void client_drop(struct client *c, const char *why);
 
 static void
 client_peer_name(char *buf, size_t len, const struct sockaddr *sa)
@@ -77,6 +83,11 @@ client_close(struct client *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 
+	/* Its locks go now, not when a slow reader has drained its replies. */
+	if (!c->ended) {
+		c->ended = true;
+		cmd_session_end(&c->s, !c->quit);
+	}
 	c->closing = true;
 	bufferevent_disable(c->bev, EV_READ);
 	evbuffer_drain(in, evbuffer_get_length(in));
@@ -133,6 +144,11 @@ client_process(struct client *c)
 			client_close(c);
 			break;
 		}
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
+		    CLIENT_MAX_OUTPUT) {
+			client_drop(c, "not reading its replies");
+			break;
+		}
 		switch (cmd_execute(&c->s, cl.line, (size_t)len)) {
 		case CMD_DONE:
 			break;
@@ -147,10 +163,55 @@ client_process(struct client *c)
 	}
 }
 
+/* Give up on a client: no more replies, free it from the loop. */
+static void
+client_drop(struct client *c, const char *why)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	log_info("client %" PRIu64 " [%s]: %s; closing", c->s.id, c->peer, why);
+	evbuffer_drain(out, evbuffer_get_length(out));
+	client_close(c);
+}
+
+/*
+ * Lines waiting behind a request in flight: more than limits.max_pending
+ * gets one ERR LIMIT and the connection closed. We keep reading (so a
+ * client that goes away is noticed), so this is what bounds the input.
+ */
+static bool
+client_too_many_pending(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t max = (size_t)cl.cf->limits.max_pending;
+	struct evbuffer_ptr p;
+	size_t lines = 0;
+
+	if (evbuffer_get_length(in) > (max + 1) * cl.line_size)
+		return true;
+	p = evbuffer_search(in, "\n", 1, NULL);
+	while (p.pos >= 0 && ++lines <= max) {
+		evbuffer_ptr_set(in, &p, 1, EVBUFFER_PTR_ADD);
+		p = evbuffer_search(in, "\n", 1, &p);
+	}
+	return lines > max;
+}
+
 static void
 client_read_cb(struct bufferevent *bev, void *arg)
 {
-	client_process(arg);
+	struct client *c = arg;
+
+	if (c->busy && client_too_many_pending(c)) {
+		cmd_error(&c->s, PERR_LIMIT,
+		    "more than %d requests queued behind one in progress",
+		    cl.cf->limits.max_pending);
+		log_info("client %" PRIu64 " [%s]: too many requests queued",
+		    c->s.id, c->peer);
+		client_close(c);
+		return;
+	}
+	client_process(c);
 }
 
 /* Output drained: a closing client can go now. */
@@ -228,7 +289,6 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 {
 	struct client *c;
 	int one = 1;
-	size_t hiwat;
 
 	if (cl.count >= (unsigned)cl.cf->limits.max_clients) {
 		client_refuse(fd);
@@ -245,9 +305,6 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	client_peer_name(c->peer, sizeof c->peer, sa);
 	cmd_session_init(&c->s, ++cl.next_id, bufferevent_get_output(c->bev),
 	    client_resume, c);
-	/* Lines queued behind a request in flight are bounded here. */
-	hiwat = (size_t)(cl.cf->limits.max_pending + 1) * cl.line_size;
-	bufferevent_setwatermark(c->bev, EV_READ, 0, hiwat);
 	bufferevent_setcb(
 	    c->bev, client_read_cb, client_write_cb, client_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
@@ -265,7 +322,8 @@ client_free(struct client *c, bool vanished)
 	TAILQ_REMOVE(&cl.all, c, entry);
 	cl.count--;
 	STAT_SET(clients, cl.count);
-	cmd_session_end(&c->s, vanished);
+	if (!c->ended)
+		cmd_session_end(&c->s, vanished);
 	bufferevent_free(c->bev);
 	event_free(c->process_ev);
 	free(c);

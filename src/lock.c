@@ -47,6 +47,7 @@ struct lock_req {
 	unsigned tries; /* attempts sent, for an ACQUIRE */
 	bool unsure;	/* an attempt got no answer: it may have been granted */
 	bool granted;
+	bool replicating; /* granted in Redis; WAITing for the replicas */
 	bool queued;
 	bool in_flight;
 	enum lock_kind kind;
@@ -443,8 +444,38 @@ lock_redis_up(void *arg)
 }
 
 static const char *const lock_lost_reasons[] = { "expired", "stolen",
-	"unavailable", "maxhold" };
-enum lock_lost { LOST_EXPIRED, LOST_STOLEN, LOST_UNAVAILABLE, LOST_MAXHOLD };
+	"unavailable", "maxhold", "revoked" };
+enum lock_lost {
+	LOST_EXPIRED,
+	LOST_STOLEN,
+	LOST_UNAVAILABLE,
+	LOST_MAXHOLD,
+	LOST_REVOKED,
+};
+
+/*
+ * Whether a release on behalf of `except`'s owner would also take the lock
+ * from someone else here: another hold under the same token (a retried
+ * ACQUIRE on a new connection), or a same-token request still in flight.
+ */
+static bool
+lock_token_busy(struct lock_name *ln, const char *token,
+    const struct lock_hold *except, const struct lock_owner *o)
+{
+	struct lock_hold *h;
+	struct lock_req *req;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (h != except && strcmp(h->token, token) == 0)
+		return true;
+	TAILQ_FOREACH(req, &ln->waiters, queue_entry)
+	if (req->owner != o && strcmp(req->token, token) == 0)
+		return true;
+	if (o != NULL && o->pending != NULL && o->pending->ln == ln &&
+	    strcmp(o->pending->token, token) == 0)
+		return true; /* its own ACQUIRE/EXTEND decides */
+	return false;
+}
 
 /*
  * The hold is no longer ours to trust: tell its owner, forget it, and let
@@ -462,7 +493,8 @@ lock_lost(struct lock_hold *h, enum lock_lost why)
 	log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s", o->id,
 	    ln->name, fence, lock_lost_reasons[why]);
 	ln->refs++;
-	if (why != LOST_STOLEN)
+	if (why != LOST_STOLEN && why != LOST_REVOKED &&
+	    !lock_token_busy(ln, h->token, h, o))
 		lock_release_orphan(
 		    ln->name, h->token, why == LOST_MAXHOLD, h->valid_until_ms);
 	lock_hold_free(h);
@@ -497,6 +529,8 @@ lock_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (h->renewing != NULL)
 		return; /* the last one is still out; its answer decides */
+	if (h->owner->pending != NULL && h->owner->pending->ln == h->ln)
+		return; /* its own ACQUIRE or EXTEND sets the lease now */
 	req = lock_req_new(OP_RENEW, NULL, h->ln->name, h->token);
 	req->hold = h;
 	req->in_flight = true;
@@ -513,7 +547,9 @@ lock_renew_cb(const struct lockdb_reply *r, void *arg)
 
 	if (h != NULL) {
 		h->renewing = NULL;
-		if (r->status == LDB_OK) {
+		if (h->kind != LOCK_SESSION) {
+			/* Re-granted as a fixed lease meanwhile: not ours. */
+		} else if (r->status == LDB_OK) {
 			STAT_INC(renewals_total);
 			h->valid_until_ms = util_validity_end(req->start_ms,
 			    (uint64_t)lk.cf->locks.lease_ms,
@@ -583,14 +619,20 @@ lock_hold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 
 /* Forget every local hold of name under token, whichever owner has it. */
 static void
-lock_drop_token(struct lock_name *ln, const char *token)
+lock_drop_token(struct lock_name *ln, const char *token,
+    const struct lock_owner *o, enum lock_lost why)
 {
 	struct lock_hold *h, *next;
 
+	/* ln stays: the request that calls this holds a reference. */
 	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
 		next = LIST_NEXT(h, name_entry);
-		if (strcmp(h->token, token) == 0)
-			lock_hold_free(h);
+		if (strcmp(h->token, token) != 0)
+			continue;
+		if (h->owner == o)
+			lock_hold_free(h); /* it hears it in its own answer */
+		else
+			lock_lost(h, why);
 	}
 }
 
@@ -678,7 +720,8 @@ lock_granted(struct lock_req *req, uint64_t fence)
 		/* Asked for, then left or timed out: give it straight back,
 		 * unless it is a kept lock under the client's own token (it
 		 * can ask again with that token and learn the fence). */
-		if (req->kind != LOCK_KEEP || req->own_token)
+		if ((req->kind != LOCK_KEEP || req->own_token) &&
+		    !lock_token_busy(req->ln, req->token, NULL, NULL))
 			lock_release_orphan(req->ln->name, req->token, false,
 			    util_validity_end(req->start_ms, req->ttl_ms,
 				lk.cf->locks.clock_drift));
@@ -691,6 +734,52 @@ lock_granted(struct lock_req *req, uint64_t fence)
 	lock_answer(req, &res);
 }
 
+static void lock_attempt_cb(const struct lockdb_reply *r, void *arg);
+
+/*
+ * redis.wait_replicas: a grant counts only once that many replicas have
+ * it, so a failover cannot hand out its fence again. Otherwise it is
+ * released and the client told ERR UNAVAILABLE.
+ */
+static void
+lock_replicas_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_name *ln = req->ln;
+	struct lockdb_reply granted = { LDB_OK, req->fence, 0 };
+	int want = lk.cf->redis.wait_replicas;
+
+	if (r->status == LDB_OK && r->fence >= (uint64_t)want) {
+		lock_attempt_cb(&granted, req);
+		return;
+	}
+	log_warnx("lock %s: granted, but %" PRIu64 " of %d replicas have it; "
+		  "released",
+	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
+	ln->refs++;
+	ln->attempting = false;
+	req->in_flight = false;
+	lock_release_orphan(ln->name, req->token, false,
+	    util_validity_end(
+		req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
+	lock_dequeue(req);
+	lock_answer_err(req, PERR_UNAVAILABLE,
+	    "the grant did not reach redis.wait_replicas replicas in time");
+	lock_req_free(req);
+	lock_schedule(ln, 0);
+	lock_name_unref(ln);
+}
+
+static void
+lock_replicate(struct lock_req *req, uint64_t fence)
+{
+	req->replicating = true;
+	req->fence = fence;
+	lockdb_wait(req->ln->name, lk.cf->redis.wait_replicas,
+	    (uint64_t)lk.cf->redis.command_timeout_ms / 2, lock_replicas_cb,
+	    req);
+}
+
 static void
 lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 {
@@ -698,6 +787,11 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_name *ln = req->ln;
 	uint64_t next = UINT64_MAX;
 
+	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
+	    !req->replicating) {
+		lock_replicate(req, r->fence);
+		return;
+	}
 	ln->refs++;
 	ln->attempting = false;
 	req->in_flight = false;
@@ -839,6 +933,8 @@ lock_check_ttl(uint64_t ttl_ms, struct lock_result *res)
 	return false;
 }
 
+static bool lock_token_held(struct lock_name *ln, const char *token);
+
 /* Everything ACQUIRE can refuse before it goes to Redis. */
 static bool
 lock_acquire_ok(struct lock_owner *o, const char *name,
@@ -880,13 +976,48 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 	}
 	/* A try-once never jumps a queue: someone holds it, others wait. */
 	ln = lock_name_find(name);
-	if (a->wait_ms == 0 && ln != NULL && !TAILQ_EMPTY(&ln->waiters)) {
+	if (a->wait_ms == 0 && ln != NULL && !TAILQ_EMPTY(&ln->waiters) &&
+	    !lock_token_held(ln, a->token)) {
 		STAT_INC(timeouts_total);
 		memset(res, 0, sizeof *res);
 		res->status = LOCK_TIMEOUT;
 		return false;
 	}
 	return true;
+}
+
+/* A token that holds the lock here asks again: straight to Redis. */
+static void
+lock_regrant_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+
+	req->in_flight = false;
+	if (r->status == LDB_OK)
+		lock_granted(req, r->fence);
+	else if (r->status == LDB_NO) {
+		/* Someone else holds it now: our holds under it are stale. */
+		lock_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
+		STAT_INC(timeouts_total);
+		lock_answer_status(req, LOCK_TIMEOUT);
+	} else {
+		if (r->status == LDB_UNAVAILABLE)
+			req->unsure = true;
+		lock_answer_db_error(req, r->status);
+	}
+	lock_req_free(req);
+}
+
+static bool
+lock_token_held(struct lock_name *ln, const char *token)
+{
+	struct lock_hold *h;
+
+	if (ln != NULL && token != NULL)
+		LIST_FOREACH(h, &ln->holds, name_entry)
+	if (strcmp(h->token, token) == 0)
+		return true;
+	return false;
 }
 
 int
@@ -908,6 +1039,14 @@ lock_acquire(struct lock_owner *o, const char *name,
 	req->ttl_ms =
 	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
 	req->wait_ms = a->wait_ms;
+	/* Its token holds it already (a retried request): no queue, the
+	 * script answers with the same fence at once. */
+	if (lock_token_held(req->ln, a->token)) {
+		req->in_flight = true;
+		lockdb_acquire(
+		    name, req->token, req->ttl_ms, lock_regrant_cb, req);
+		return 0;
+	}
 	lock_enqueue(req);
 	return 0;
 }
@@ -958,7 +1097,8 @@ lock_release_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_req *req = arg;
 
 	/* Not ours either way; or ours until Redis hears of it (below). */
-	lock_drop_token(req->ln, req->token);
+	lock_drop_token(req->ln, req->token, req->owner,
+	    r->status == LDB_NO ? LOST_STOLEN : LOST_REVOKED);
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		lock_answer_status(req, LOCK_OK);
@@ -1008,7 +1148,7 @@ lock_extend_cb(const struct lockdb_reply *r, void *arg)
 		}
 		lock_answer(req, &res);
 	} else if (r->status == LDB_NO) {
-		lock_drop_token(req->ln, req->token);
+		lock_drop_token(req->ln, req->token, req->owner, LOST_STOLEN);
 		lock_notheld(req);
 	} else
 		lock_answer_db_error(req, r->status);
@@ -1109,7 +1249,8 @@ lock_owner_gone(struct lock_owner *o, bool vanished)
 	o->pending = NULL;
 	while ((h = TAILQ_FIRST(&o->holds)) != NULL) {
 		/* Session and fixed locks end with their connection. */
-		if (h->kind != LOCK_KEEP)
+		if (h->kind != LOCK_KEEP &&
+		    !lock_token_busy(h->ln, h->token, h, NULL))
 			lock_release_orphan(
 			    h->ln->name, h->token, vanished, h->valid_until_ms);
 		lock_hold_free(h);

@@ -58,7 +58,7 @@ static struct redisc_script lockdb_status_lua = { "status",
 	"return {1, t, tonumber(redis.call('GET', KEYS[2]) or '0')}\n",
 	"" };
 
-enum lockdb_op { LDB_ACQUIRE, LDB_RELEASE, LDB_EXTEND, LDB_STATUS };
+enum lockdb_op { LDB_ACQUIRE, LDB_RELEASE, LDB_EXTEND, LDB_STATUS, LDB_WAIT };
 
 struct lockdb_req {
 	enum lockdb_op op;
@@ -131,6 +131,12 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 			return false;
 		out->status = r->integer == 1 ? LDB_OK : LDB_NO;
 		return true;
+	case LDB_WAIT:
+		if (r->type != REDIS_REPLY_INTEGER)
+			return false;
+		out->status = LDB_OK;
+		out->fence = r->integer > 0 ? (uint64_t)r->integer : 0;
+		return true;
 	case LDB_STATUS:
 		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 3))
 			return false;
@@ -168,21 +174,29 @@ lockdb_key(char *buf, size_t len, const char *name, bool fence)
 	    buf, len, "%s{%s}%s", ldb.prefix, name, fence ? ":fence" : "");
 }
 
-static void
-lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
-    int nkeys, int nargs, const char *const *args, lockdb_cb *cb, void *arg)
+static struct lockdb_req *
+lockdb_req_new(enum lockdb_op op, const char *name, lockdb_cb *cb, void *arg)
 {
 	size_t namelen = strlen(name);
 	struct lockdb_req *req = xmalloc(sizeof *req + namelen + 1);
-	char key[512], fkey[512];
-	const char *argv[8];
-	size_t lens[8];
-	int n = 0;
 
 	req->op = op;
 	req->cb = cb;
 	req->arg = arg;
 	memcpy(req->name, name, namelen + 1);
+	return req;
+}
+
+static void
+lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
+    int nkeys, int nargs, const char *const *args, lockdb_cb *cb, void *arg)
+{
+	struct lockdb_req *req = lockdb_req_new(op, name, cb, arg);
+	char key[512], fkey[512];
+	const char *argv[8];
+	size_t lens[8];
+	int n = 0;
+
 	lens[n] = lockdb_key(key, sizeof key, name, false);
 	argv[n++] = key;
 	if (nkeys == 2) {
@@ -232,6 +246,22 @@ void
 lockdb_status(const char *name, lockdb_cb *cb, void *arg)
 {
 	lockdb_send(LDB_STATUS, &lockdb_status_lua, name, 2, 0, NULL, cb, arg);
+}
+
+void
+lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
+    void *arg)
+{
+	char n[16], t[24];
+	const char *argv[3] = { "WAIT", n, t };
+	size_t lens[3];
+
+	snprintf(n, sizeof n, "%d", replicas);
+	snprintf(t, sizeof t, "%" PRIu64, timeout_ms);
+	for (int i = 0; i < 3; i++)
+		lens[i] = strlen(argv[i]);
+	redisc_command(3, argv, lens, lockdb_reply_cb,
+	    lockdb_req_new(LDB_WAIT, name, cb, arg));
 }
 
 void

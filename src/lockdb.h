@@ -39,4 +39,8 @@ void lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
 /* Held (with pttl and fence) or free. */
 void lockdb_status(const char *name, lockdb_cb *cb, void *arg);
 
+/* WAIT for replicas after a write; the reply's fence is how many acked. */
+void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,
+    lockdb_cb *cb, void *arg);
+
 #endif

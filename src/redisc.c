@@ -23,6 +23,7 @@
 #include "xmalloc.h"
 
 #define REDISC_MAX_SCRIPTS 8
+#define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
 
 struct redisc_req {
 	TAILQ_ENTRY(redisc_req) entry; /* in rc.inflight until answered */
@@ -46,13 +47,19 @@ struct redisc_conn {
 	struct event *reconnect_ev;
 	struct event *connect_timeout_ev;
 	void (*setup)(redisAsyncContext *); /* queued at each connect */
+	/* Where to connect: host and port, or -1 when it is not known yet. */
+	int (*target)(char *host, size_t len, int *port);
 };
 
 static struct {
 	struct event_base *base;
 	const struct config_redis *cf;
-	struct redisc_conn cmd; /* scripts */
-	struct redisc_conn sub; /* SUBSCRIBE to channel */
+	struct redisc_conn cmd;	 /* scripts */
+	struct redisc_conn sub;	 /* SUBSCRIBE to channel */
+	struct redisc_conn sent; /* a Sentinel: the master and its moves */
+	int sentinel;		 /* which of cf->sentinels is asked */
+	char master_host[256];	 /* from Sentinel; "" until known */
+	int master_port;
 	bool stopping;
 	char channel[256];
 	redisc_msg_cb *msg_cb;
@@ -60,12 +67,14 @@ static struct {
 	void (*up_cb)(void *);
 	void *up_arg;
 	struct event *timeout_ev;
+	uint64_t cmd_last_reply_ms; /* or when it connected */
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_script *scripts[REDISC_MAX_SCRIPTS];
 	int nscripts;
 } rc;
 
 static void redisc_schedule_reconnect(struct redisc_conn *conn);
+static void redisc_set_up(struct redisc_conn *conn, bool up);
 
 bool
 redisc_up(void)
@@ -117,6 +126,27 @@ redisc_arm_timeout(void)
 	evtimer_add(rc.timeout_ev, &tv);
 }
 
+/*
+ * Requests time out but nothing at all has come back for a while: the
+ * connection may be dead without a reset (a host gone, a partition).
+ * Close it and reconnect rather than wait for TCP to notice.
+ */
+static void
+redisc_check_hung(uint64_t now)
+{
+	uint64_t quiet =
+	    REDISC_HUNG_TIMEOUTS * (uint64_t)rc.cf->command_timeout_ms;
+	redisAsyncContext *ac = rc.cmd.ac;
+
+	if (ac == NULL || !rc.cmd.up || now - rc.cmd_last_reply_ms < quiet)
+		return;
+	log_warnx("redis command: no reply for %llu ms; reconnecting",
+	    (unsigned long long)(now - rc.cmd_last_reply_ms));
+	rc.cmd.ac = NULL;
+	redisc_set_up(&rc.cmd, false);
+	redisAsyncFree(ac); /* its disconnect callback schedules the retry */
+}
+
 static void
 redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -129,6 +159,7 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		log_debug("redis: request timed out after %d ms",
 		    rc.cf->command_timeout_ms);
 		redisc_answer(req, NULL);
+		redisc_check_hung(now);
 	}
 	redisc_arm_timeout();
 }
@@ -169,12 +200,14 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct redisc_req *req = privdata;
 	const redisReply *reply = r;
 
+	if (reply != NULL)
+		rc.cmd_last_reply_ms = mono_ms();
 	if (req->answered) {
 		redisc_req_free(req);
 		return;
 	}
 	/* SCRIPT FLUSH or a new server: run the body, which caches it again. */
-	if (redisc_is_noscript(reply) && !req->retried) {
+	if (redisc_is_noscript(reply) && !req->retried && req->script != NULL) {
 		STAT_INC(redis_noscript_total);
 		log_info(
 		    "redis: script %s not cached (NOSCRIPT), sending it again",
@@ -194,6 +227,13 @@ redisc_send(struct redisc_req *req, bool by_sha)
 {
 	if (rc.cmd.ac == NULL || !rc.cmd.up)
 		return -1;
+	STAT_INC(redis_requests_total);
+	if (req->script == NULL) /* a plain command: argv[2] on */
+		return redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req,
+			   req->argc - 2, (const char **)req->argv + 2,
+			   req->lens + 2) == REDIS_OK
+		    ? 0
+		    : -1;
 	if (by_sha && req->script->sha[0] != '\0') {
 		req->argv[0] = "EVALSHA";
 		req->argv[1] = req->script->sha;
@@ -203,33 +243,70 @@ redisc_send(struct redisc_req *req, bool by_sha)
 	}
 	req->lens[0] = strlen(req->argv[0]);
 	req->lens[1] = strlen(req->argv[1]);
-	STAT_INC(redis_requests_total);
 	if (redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req, req->argc,
 		(const char **)req->argv, req->lens) != REDIS_OK)
 		return -1;
 	return 0;
 }
 
+/*
+ * A request whose argv[0..1] are left for the verb and the script (EVALSHA
+ * sha or EVAL body); the caller's arguments are copied from argv[2] on.
+ */
+static struct redisc_req *
+redisc_req_new(int n, const char *const *args, const size_t *lens,
+    redisc_cb *cb, void *arg)
+{
+	struct redisc_req *req = xcalloc(1, sizeof *req);
+
+	req->cb = cb;
+	req->arg = arg;
+	req->argc = n + 2;
+	req->argv = xcalloc((size_t)req->argc, sizeof *req->argv);
+	req->lens = xcalloc((size_t)req->argc, sizeof *req->lens);
+	for (int i = 0; i < n; i++) {
+		req->argv[i + 2] = xstrndup(args[i], lens[i]);
+		req->lens[i + 2] = lens[i];
+	}
+	return req;
+}
+
+static void redisc_submit(struct redisc_req *req);
+
+void
+redisc_command(int n, const char *const *args, const size_t *lens,
+    redisc_cb *cb, void *arg)
+{
+	redisc_submit(redisc_req_new(n, args, lens, cb, arg));
+}
+
 void
 redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg)
 {
-	struct redisc_req *req = xcalloc(1, sizeof *req);
+	const char *argv[16];
+	size_t alens[16];
 	char nk[16];
+	struct redisc_req *req;
 
-	req->cb = cb;
-	req->arg = arg;
-	req->script = script;
-	req->argc = n + 3;
-	req->argv = xcalloc((size_t)req->argc, sizeof *req->argv);
-	req->lens = xcalloc((size_t)req->argc, sizeof *req->lens);
+	if (n + 1 > 16)
+		fatalx("redisc_eval: too many arguments");
 	snprintf(nk, sizeof nk, "%d", nkeys);
-	req->argv[2] = xstrdup(nk);
-	req->lens[2] = strlen(nk);
+	argv[0] = nk;
+	alens[0] = strlen(nk);
 	for (int i = 0; i < n; i++) {
-		req->argv[i + 3] = xstrndup(args[i], lens[i]);
-		req->lens[i + 3] = lens[i];
+		argv[i + 1] = args[i];
+		alens[i + 1] = lens[i];
 	}
+	req = redisc_req_new(n + 1, argv, alens, cb, arg);
+	req->script = script;
+	redisc_submit(req);
+}
+
+/* In flight from now, with its deadline; failed from the loop if unsent. */
+static void
+redisc_submit(struct redisc_req *req)
+{
 	req->deadline_ms = mono_ms() + (uint64_t)rc.cf->command_timeout_ms;
 	TAILQ_INSERT_TAIL(&rc.inflight, req, entry);
 	if (redisc_send(req, true) != 0) {
@@ -363,13 +440,56 @@ redisc_sub_setup(redisAsyncContext *ac)
 	    ac, redisc_message_cb, NULL, "SUBSCRIBE %s", rc.channel);
 }
 
-static const char *
-redisc_where(char *buf, size_t len)
+static int
+redisc_target_direct(char *host, size_t len, int *port)
 {
-	if (rc.cf->unix_path[0] != '\0')
+	snprintf(host, len, "%s", rc.cf->host);
+	*port = rc.cf->port;
+	return 0;
+}
+
+/* With Sentinel, the master is wherever the Sentinel last said. */
+static int
+redisc_target_master(char *host, size_t len, int *port)
+{
+	if (rc.cf->nsentinels == 0)
+		return redisc_target_direct(host, len, port);
+	if (rc.master_host[0] == '\0')
+		return -1;
+	snprintf(host, len, "%s", rc.master_host);
+	*port = rc.master_port;
+	return 0;
+}
+
+/* "host:port" or "[v6]:port", already checked by the config. */
+static int
+redisc_target_sentinel(char *host, size_t len, int *port)
+{
+	const char *hp = rc.cf->sentinels[rc.sentinel];
+	const char *colon = strrchr(hp, ':');
+	size_t n = (size_t)(colon - hp);
+
+	if (hp[0] == '[') {
+		hp++;
+		n -= 2;
+	}
+	snprintf(host, len, "%.*s", (int)n, hp);
+	*port = atoi(colon + 1);
+	return 0;
+}
+
+static const char *
+redisc_where(struct redisc_conn *conn, char *buf, size_t len)
+{
+	char host[256];
+	int port;
+
+	if (conn != &rc.sent && rc.cf->unix_path[0] != '\0')
 		snprintf(buf, len, "%s", rc.cf->unix_path);
+	else if (conn->target(host, sizeof host, &port) == 0)
+		snprintf(buf, len, "%s:%d", host, port);
 	else
-		snprintf(buf, len, "%s:%d", rc.cf->host, rc.cf->port);
+		snprintf(buf, len, "(master unknown)");
 	return buf;
 }
 
@@ -385,23 +505,26 @@ static void
 redisc_connect_cb(const redisAsyncContext *ac, int status)
 {
 	struct redisc_conn *conn = ac->data;
-	char where[256];
+	char where[300];
 
 	evtimer_del(conn->connect_timeout_ev);
 	if (status != REDIS_OK) {
 		/* hiredis frees the context itself after this returns. */
 		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
-		    redisc_where(where, sizeof where), ac->errstr);
+		    redisc_where(conn, where, sizeof where), ac->errstr);
 		conn->ac = NULL;
 		redisc_schedule_reconnect(conn);
 		return;
 	}
 	redisc_set_up(conn, true);
 	conn->attempts = 0;
+	redisEnableKeepAlive((redisContext *)&ac->c);
+	if (conn == &rc.cmd)
+		rc.cmd_last_reply_ms = mono_ms();
 	if (conn == &rc.cmd)
 		STAT_INC(redis_connects_total);
 	log_info("redis %s: connected to %s", conn->what,
-	    redisc_where(where, sizeof where));
+	    redisc_where(conn, where, sizeof where));
 	if (conn == &rc.cmd && rc.up_cb != NULL)
 		rc.up_cb(rc.up_arg);
 }
@@ -448,17 +571,22 @@ redisc_conn_open(struct redisc_conn *conn)
 {
 	const struct config_redis *cf = rc.cf;
 	struct timeval tv;
-	char where[256];
+	char where[300];
 
-	if (cf->unix_path[0] != '\0')
+	char host[256];
+	int port;
+
+	if (conn != &rc.sent && cf->unix_path[0] != '\0')
 		conn->ac = redisAsyncConnectUnix(cf->unix_path);
+	else if (conn->target(host, sizeof host, &port) == 0)
+		conn->ac = redisAsyncConnect(host, port);
 	else
-		conn->ac = redisAsyncConnect(cf->host, cf->port);
+		return; /* the Sentinel will tell, then redisc_moved opens it */
 	if (conn->ac == NULL)
 		fatalx("redis: out of memory");
 	if (conn->ac->err) {
 		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
-		    redisc_where(where, sizeof where), conn->ac->errstr);
+		    redisc_where(conn, where, sizeof where), conn->ac->errstr);
 		redisAsyncFree(conn->ac);
 		conn->ac = NULL;
 		redisc_schedule_reconnect(conn);
@@ -488,6 +616,9 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	uint64_t delay = lo;
 	struct timeval tv;
 
+	/* A Sentinel that does not answer: ask the next one. */
+	if (conn == &rc.sent)
+		rc.sentinel = (rc.sentinel + 1) % rc.cf->nsentinels;
 	for (unsigned i = 0; i < conn->attempts && delay < hi; i++)
 		delay *= 2;
 	if (delay > hi)
@@ -515,9 +646,101 @@ redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg)
 	rc.msg_arg = arg;
 }
 
+/* The master moved (or became known): both connections go there. */
+static void
+redisc_moved(void)
+{
+	struct redisc_conn *conns[] = { &rc.cmd, &rc.sub };
+
+	for (size_t i = 0; i < 2; i++) {
+		struct redisc_conn *conn = conns[i];
+
+		if (conn == &rc.sub && rc.msg_cb == NULL)
+			continue;
+		conn->attempts = 0;
+		if (conn->ac != NULL && conn->up)
+			redisAsyncDisconnect(conn->ac); /* reconnects after */
+		else if (conn->ac == NULL &&
+		    !evtimer_pending(conn->reconnect_ev, NULL))
+			redisc_conn_open(conn);
+	}
+}
+
+static void
+redisc_set_master(
+    const char *host, size_t hlen, const char *port, const char *why)
+{
+	int p = atoi(port);
+
+	if (hlen >= sizeof rc.master_host || p <= 0 || p > 65535)
+		return;
+	if (rc.master_port == p && strlen(rc.master_host) == hlen &&
+	    memcmp(rc.master_host, host, hlen) == 0)
+		return;
+	memcpy(rc.master_host, host, hlen);
+	rc.master_host[hlen] = '\0';
+	rc.master_port = p;
+	log_info("redis: master %s is at %s:%d (%s)", rc.cf->master_name,
+	    rc.master_host, p, why);
+	redisc_moved();
+}
+
+/* SENTINEL get-master-addr-by-name: {ip, port}, or nil if unknown. */
+static void
+redisc_master_addr_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	redisReply *reply = r;
+
+	if (reply == NULL)
+		return;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING ||
+	    reply->element[1]->type != REDIS_REPLY_STRING) {
+		log_warnx("redis sentinel: does not know master %s",
+		    rc.cf->master_name);
+		redisAsyncDisconnect(ac); /* try the next Sentinel */
+		return;
+	}
+	redisc_set_master(reply->element[0]->str, reply->element[0]->len,
+	    reply->element[1]->str, "from Sentinel");
+}
+
+/* +switch-master "<name> <old-ip> <old-port> <new-ip> <new-port>". */
+static void
+redisc_switch_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	redisReply *reply = r, *msg;
+	char *f[5], buf[512];
+	int n = 0;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+	    reply->elements != 3)
+		return;
+	msg = reply->element[2];
+	if (msg->type != REDIS_REPLY_STRING || msg->len >= sizeof buf)
+		return;
+	memcpy(buf, msg->str, msg->len + 1);
+	for (char *p = strtok(buf, " "); p != NULL && n < 5;
+	     p = strtok(NULL, " "))
+		f[n++] = p;
+	if (n == 5 && strcmp(f[0], rc.cf->master_name) == 0)
+		redisc_set_master(f[3], strlen(f[3]), f[4], "switched");
+}
+
+static void
+redisc_sentinel_setup(redisAsyncContext *ac)
+{
+	redisAsyncCommand(ac, redisc_master_addr_cb, NULL,
+	    "SENTINEL get-master-addr-by-name %s", rc.cf->master_name);
+	redisAsyncCommand(
+	    ac, redisc_switch_cb, NULL, "SUBSCRIBE +switch-master");
+}
+
 void
 redisc_connect(void)
 {
+	if (rc.cf->nsentinels > 0)
+		redisc_conn_open(&rc.sent); /* it opens the others */
 	redisc_conn_open(&rc.cmd);
 	if (rc.msg_cb != NULL)
 		redisc_conn_open(&rc.sub);
@@ -525,10 +748,11 @@ redisc_connect(void)
 
 static void
 redisc_conn_init(struct redisc_conn *conn, const char *what,
-    void (*setup)(redisAsyncContext *))
+    void (*setup)(redisAsyncContext *), int (*target)(char *, size_t, int *))
 {
 	conn->what = what;
 	conn->setup = setup;
+	conn->target = target;
 	conn->reconnect_ev = evtimer_new(rc.base, redisc_reconnect_cb, conn);
 	conn->connect_timeout_ev =
 	    evtimer_new(rc.base, redisc_connect_timeout_cb, conn);
@@ -543,8 +767,12 @@ redisc_init(struct event_base *base, const struct config_redis *cf)
 	rc.base = base;
 	rc.cf = cf;
 	TAILQ_INIT(&rc.inflight);
-	redisc_conn_init(&rc.cmd, "command", redisc_cmd_setup);
-	redisc_conn_init(&rc.sub, "subscriber", redisc_sub_setup);
+	redisc_conn_init(
+	    &rc.cmd, "command", redisc_cmd_setup, redisc_target_master);
+	redisc_conn_init(
+	    &rc.sub, "subscriber", redisc_sub_setup, redisc_target_master);
+	redisc_conn_init(&rc.sent, "sentinel", redisc_sentinel_setup,
+	    redisc_target_sentinel);
 	if ((rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL)) ==
 	    NULL)
 		fatalx("redisc: evtimer_new failed");
@@ -568,6 +796,7 @@ void
 redisc_stop(void)
 {
 	rc.stopping = true;
+	redisc_conn_close(&rc.sent);
 	redisc_conn_close(&rc.sub);
 	redisc_conn_close(&rc.cmd);
 	event_free(rc.timeout_ev);

@@ -54,4 +54,8 @@ bool redisc_idle(void);
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
 
+/* A plain command (args[0] is the verb); arguments are copied. */
+void redisc_command(int n, const char *const *args, const size_t *lens,
+    redisc_cb *cb, void *arg);
+
 #endif

@@ -27,6 +27,7 @@
 	X(lost_stolen_total, COUNTER, "EVENT LOST stolen")                     \
 	X(lost_unavailable_total, COUNTER, "EVENT LOST unavailable")           \
 	X(lost_maxhold_total, COUNTER, "EVENT LOST maxhold")                   \
+	X(lost_revoked_total, COUNTER, "EVENT LOST revoked")                   \
 	X(redis_up, GAUGE, "1 while the Redis command connection is up")       \
 	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \

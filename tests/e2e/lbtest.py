@@ -137,6 +137,8 @@ def render_conf(sections):
         for k, v in keys.items():
             if isinstance(v, bool):
                 v = "true" if v else "false"
+            elif isinstance(v, list):
+                v = "[ %s ]" % ", ".join('"%s"' % x for x in v)
             elif isinstance(v, str):
                 v = '"%s"' % v
             body.append("%s = %s;" % (k, v))

@@ -103,6 +103,36 @@ class Basic(BrokerTest):
         self.assertEqual(f3, f1)
         self.assertEqual(self.redis("GET", "lockbroker:{t}:fence"), str(f1))
 
+    def test_retry_on_new_connection_survives_the_old_one(self):
+        a, b, c = self.client(), self.client(), self.client()
+        f1, _, _ = self.grant(a, "ACQUIRE rt TTL 10000 TOKEN retry1")
+        f2, _, _ = self.grant(b, "ACQUIRE rt TTL 10000 TOKEN retry1")
+        self.assertEqual(f1, f2)
+        a.close()  # the first connection dies: the lock is b's now
+        time.sleep(0.1)
+        self.assertEqual(self.redis("GET", "lockbroker:{rt}"), "retry1")
+        self.assertEqual(c.cmd("ACQUIRE rt WAIT 0"), "TIMEOUT")
+        self.assertEqual(c.cmd("VALIDATE rt %d" % f1), "OK VALID")
+        self.assertEqual(b.cmd("RELEASE rt"), "OK")
+
+    def test_holder_asking_again_does_not_queue(self):
+        a, w = self.client(), self.client()
+        f1, _, tok = self.grant(a, "ACQUIRE hq")
+        w.send("ACQUIRE hq")
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        f2, _, _ = self.grant(a, "ACQUIRE hq TOKEN %s WAIT 0" % tok)
+        f3, _, _ = self.grant(a, "ACQUIRE hq TOKEN " + tok)
+        self.assertEqual((f2, f3), (f1, f1))
+        self.assertEqual(a.cmd("RELEASE hq"), "OK")
+        self.assertRegex(w.line(), GRANT.pattern)
+
+    def test_release_by_token_elsewhere_revokes(self):
+        a, b = self.client(), self.client()
+        fence, _, _ = self.grant(a, "ACQUIRE rv TOKEN shared-1")
+        self.assertEqual(b.cmd("RELEASE rv TOKEN shared-1"), "OK")
+        self.assertEqual(a.line(), "EVENT LOST rv %d revoked" % fence)
+        self.assertEqual(a.until_end("LOCKS"), [])
+
     def test_names_are_bytes_and_case_sensitive(self):
         a = self.client()
         name = "Caf\u00e9/{x}:y"

@@ -7,7 +7,7 @@ from lbtest import Broker, BrokerTest, Client, main, wait_for
 
 class Errors(BrokerTest):
     conf = {"limits": {"max_locks_per_client": 2, "max_line": 300,
-                       "max_clients": 20}}
+                       "max_clients": 20, "max_pending": 4}}
 
     def test_unknown(self):
         a = self.client()
@@ -104,6 +104,48 @@ class Errors(BrokerTest):
         self.assertTrue(c.closed())
         self.assertEqual(b.cmd("PING"), "PONG")
         self.assertEqual(len(b.until_end("LOCKS")), 1)
+
+    def test_limit_pending_behind_a_wait(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE pend"), r"^OK ")
+        b.send("ACQUIRE pend WAIT 5000\n" + "PING\n" * 4)
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        b.send("PING\n")  # the fifth behind it
+        self.assertEqual(b.line(), "ERR LIMIT more than 4 requests queued "
+                                   "behind one in progress")
+        self.assertTrue(b.closed())
+        self.assertEqual(self.broker.info()["waiters"], "0")
+        self.assertEqual(a.cmd("PING"), "PONG")
+
+    def test_waiter_leaving_with_input_queued_is_noticed(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE wq"), r"^OK ")
+        b.send("ACQUIRE wq\nPING\nPING\n")
+        wait_for(lambda: self.broker.info()["waiters"] == "1")
+        b.close()
+        wait_for(lambda: self.broker.info()["waiters"] == "0", 2)
+
+    def test_quit_releases_before_replies_drain(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE qd"), r"^OK ")
+        a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        a.send("HELP\n" * 3 + "QUIT\n")  # and never read the replies
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{qd}") == 0, 2)
+        self.assertRegex(b.cmd("ACQUIRE qd WAIT 0"), r"^OK ")
+
+    def test_client_that_never_reads_is_dropped(self):
+        a, b = self.client(), self.client()
+        a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.assertRegex(a.cmd("ACQUIRE nr"), r"^OK ")
+        try:
+            for _ in range(400):  # ~20 MB of HELP replies asked for
+                a.sock.sendall(b"HELP\n" * 100)
+        except OSError:
+            pass
+        wait_for(lambda: "not reading its replies; closing" in
+                 self.broker.logtext(), 5)
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{nr}") == 0, 2)
+        self.assertEqual(b.cmd("PING"), "PONG")
 
     def test_internal_on_foreign_key(self):
         # A key of another type under our prefix: Redis answers WRONGTYPE.

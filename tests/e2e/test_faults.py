@@ -110,6 +110,9 @@ class Faults(BrokerTest):
             self.assertEqual(w.cmd("RELEASE st"), "OK")
         self.assertEqual(fences, sorted(set(fences)))
         self.assertEqual(self.broker.info()["waiters"], "0")
+        # Nothing came back for 3 x command_timeout_ms: it reconnected.
+        self.assertRegex(self.broker.logtext(),
+                         r"redis command: no reply for \d+ ms; reconnecting")
 
     def test_release_done_when_redis_returns(self):
         a = self.client()
@@ -118,8 +121,8 @@ class Faults(BrokerTest):
         self.assertRegex(a.cmd("RELEASE late"), r"^ERR UNAVAILABLE ")
         self.redis.start()  # the AOF brings the lock back
         wait_for(lambda: self.redis("EXISTS", "lockbroker:{late}") == 0, 5)
-        self.assertIn("lock late: released after Redis came back",
-                      self.broker.logtext())
+        wait_for(lambda: "lock late: released after Redis came back" in
+                 self.broker.logtext(), 5)
 
     def test_release_not_needed_when_lease_ran_out(self):
         a = self.client()

@@ -1,0 +1,107 @@
+"""Redis Sentinel: the broker finds the master through a Sentinel and
+follows it when the Sentinel fails over to the replica."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+from lbtest import (REDIS_SERVER, Broker, Redis, Resp, free_port, main,
+                    wait_for)
+
+
+class Sentinel(unittest.TestCase):
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbsentinel-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
+        os.mkdir(mdir)
+        os.mkdir(rdir)
+        self.master = Redis(mdir)
+        self.addCleanup(self.master.kill)
+        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
+                                          str(self.master.port)])
+        self.addCleanup(self.replica.kill)
+        wait_for(lambda: "master_link_status:up" in
+                 self.replica("INFO", "replication"), 10)
+        self.sport = free_port()
+        conf = os.path.join(self.tmpdir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                    "sentinel down-after-milliseconds mymaster 300\n"
+                    "sentinel failover-timeout mymaster 3000\n"
+                    % (self.sport, self.tmpdir, self.master.port))
+        self.sentinel = subprocess.Popen(
+            [REDIS_SERVER, conf, "--sentinel", "--logfile",
+             os.path.join(self.tmpdir, "sentinel.log")],
+            stdout=subprocess.DEVNULL)
+        self.addCleanup(self._stop_sentinel)
+        wait_for(lambda: self._sentinel("SENTINEL", "replicas", "mymaster"),
+                 15)
+        redis = {"sentinels": ["127.0.0.1:%d" % self.sport],
+                 "master_name": "mymaster", "reconnect_min_ms": 50,
+                 "reconnect_max_ms": 500}
+        self.broker = Broker(self.tmpdir, self.master.port,
+                             {"redis": redis})
+        self.addCleanup(self._stop_broker, self.broker)
+        self.waiting = Broker(self.tmpdir, self.master.port,
+                              {"redis": dict(redis, wait_replicas=1)},
+                              name="waiting")
+        self.addCleanup(self._stop_broker, self.waiting)
+
+    def _sentinel(self, *args):
+        r = Resp(self.sport)
+        try:
+            return r(*args)
+        finally:
+            r.close()
+
+    def _stop_sentinel(self):
+        self.sentinel.kill()
+        self.sentinel.wait()
+
+    def _stop_broker(self, broker):
+        self.assertEqual(broker.stop(), 0)
+
+    def test_follows_failover(self):
+        c, w = self.broker.client(), self.waiting.client()
+        for b in (self.broker, self.waiting):
+            self.assertIn("master mymaster is at 127.0.0.1:%d (from "
+                          "Sentinel)" % self.master.port, b.logtext())
+        # wait_replicas 1: the grant is on the replica before the OK.
+        reply = w.cmd("ACQUIRE a")
+        f1 = int(reply.split()[1])
+        self.assertEqual(self.replica("GET", "lockbroker:{a}"),
+                         reply.split()[3])
+        self.assertEqual(w.cmd("RELEASE a"), "OK")
+        self.assertEqual(self.master("WAIT", 1, 1000), 1)
+        self.master.kill()
+        for b in (self.broker, self.waiting):
+            wait_for(lambda: "master mymaster is at 127.0.0.1:%d (switched)"
+                     % self.replica.port in b.logtext(), 20)
+
+        def granted():
+            reply = c.cmd("ACQUIRE a WAIT 0")
+            return reply if reply.startswith("OK ") else None
+        reply = wait_for(granted, 10, 0.05)
+        self.assertGreater(int(reply.split()[1]), f1)
+        self.assertEqual(self.replica("GET", "lockbroker:{a}"),
+                         reply.split()[3])
+        self.assertEqual(c.cmd("RELEASE a"), "OK")
+        # The new master has no replica: a grant cannot reach one, so it
+        # is released and refused.
+        reply = wait_for(lambda: w.cmd("ACQUIRE b WAIT 0").startswith(
+            "ERR UNAVAILABLE the grant did not reach"), 10, 0.05)
+        self.assertIn("lock b: granted, but 0 of 1 replicas have it; "
+                      "released", self.waiting.logtext())
+        wait_for(lambda: self.replica("EXISTS", "lockbroker:{b}") == 0, 2)
+        c.close()
+        w.close()
+
+
+if __name__ == "__main__":
+    main()
