@@ -739,6 +739,21 @@ config_wipe_tree(config_t *lc)
 }
 
 /* libconfig's tree lives only this long: parse, check, copy out, wipe. */
+/* Sentinels and a master name only make sense together. */
+static int
+config_check_sentinel(struct config_load *ld)
+{
+	const struct config_redis *r = &ld->cf->redis;
+	const struct config_key *k;
+
+	if ((r->nsentinels > 0) == (r->master_name[0] != '\0'))
+		return 0;
+	k = config_key_find(r->nsentinels > 0 ? "redis.sentinels"
+					      : "redis.master_name");
+	return config_error(ld, ld->where[k - config_keys], k->name,
+	    "redis.sentinels and redis.master_name go together");
+}
+
 static int
 config_load_text(struct config_load *ld, const char *text)
 {
@@ -751,6 +766,8 @@ config_load_text(struct config_load *ld, const char *text)
 		rv = config_walk(ld, config_root_setting(&lc));
 	if (rv == 0)
 		rv = config_check_order(ld);
+	if (rv == 0)
+		rv = config_check_sentinel(ld);
 	config_wipe_tree(&lc);
 	config_destroy(&lc);
 	return rv;
