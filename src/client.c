@@ -26,11 +26,14 @@
 #include "config.h"
 #include "log.h"
 #include "stats.h"
+#include "util.h"
 #include "xmalloc.h"
 
 /* Replies a client may leave unread before it is dropped (Redis's
  * client-output-buffer-limit, in spirit). */
 #define CLIENT_MAX_OUTPUT (4 * 1024 * 1024)
+/* Before AUTH a line is short: AUTH, PING, HELP and QUIT need no more. */
+#define CLIENT_PREAUTH_LINE 128
 
 struct client {
 	TAILQ_ENTRY(client) entry;
@@ -38,11 +41,14 @@ struct client {
 	struct bufferevent *bev;
 	struct event *process_ev; /* runs client_process from the loop */
 	char peer[INET6_ADDRSTRLEN + 8];
-	bool busy;    /* a request is in flight */
-	bool closing; /* flush the output, then free */
-	bool eof;     /* the peer is done sending; finish, close */
-	bool quit;    /* closed by QUIT (or AUTH), not vanished */
-	bool ended;   /* its session (locks, wait) is over */
+	bool busy;		/* a request is in flight */
+	bool closing;		/* flush the output, then free */
+	bool eof;		/* the peer is done sending; finish, close */
+	bool quit;		/* closed by QUIT (or AUTH), not vanished */
+	bool ended;		/* its session (locks, wait) is over */
+	struct event *timer_ev; /* auth_timeout_s and idle_timeout_s */
+	uint64_t accepted_ms;
+	uint64_t active_ms; /* when it last sent anything */
 };
 
 static struct {
@@ -105,6 +111,9 @@ client_read_line(struct client *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	size_t max = (size_t)cl.cf->limits.max_line;
 	struct evbuffer_ptr eol;
+
+	if (!c->s.authed && max > CLIENT_PREAUTH_LINE)
+		max = CLIENT_PREAUTH_LINE;
 	size_t eol_len, len;
 
 	/* A CR before the LF is not part of the line, so allow one more. */
@@ -202,6 +211,7 @@ client_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct client *c = arg;
 
+	c->active_ms = mono_ms();
 	if (c->busy && client_too_many_pending(c)) {
 		cmd_error(&c->s, PERR_LIMIT,
 		    "more than %d requests queued behind one in progress",
@@ -273,6 +283,60 @@ client_resume(struct session *s)
 	event_active(c->process_ev, EV_TIMEOUT, 1);
 }
 
+static void
+client_timer_arm(struct client *c, uint64_t now)
+{
+	const struct config_limits *lim = &cl.cf->limits;
+	uint64_t next = UINT64_MAX, at;
+	struct timeval tv;
+
+	if (!c->s.authed)
+		next = c->accepted_ms + (uint64_t)lim->auth_timeout_s * 1000;
+	if (lim->idle_timeout_s > 0) {
+		at = c->active_ms + (uint64_t)lim->idle_timeout_s * 1000;
+		next = at < next ? at : next;
+	}
+	if (next == UINT64_MAX)
+		return;
+	next = next > now ? next - now : 0;
+	tv.tv_sec = (time_t)(next / 1000);
+	tv.tv_usec = (suseconds_t)(next % 1000) * 1000;
+	evtimer_add(c->timer_ev, &tv);
+}
+
+/* Too slow to AUTH, or idle (not waiting, not sending) for too long. */
+static void
+client_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *c = arg;
+	const struct config_limits *lim = &cl.cf->limits;
+	uint64_t now = mono_ms();
+
+	if (c->closing)
+		return;
+	if (!c->s.authed &&
+	    now >= c->accepted_ms + (uint64_t)lim->auth_timeout_s * 1000) {
+		cmd_error(&c->s, PERR_NOAUTH, "no AUTH within %d s",
+		    lim->auth_timeout_s);
+		log_info("client %" PRIu64 " [%s]: no AUTH in time", c->s.id,
+		    c->peer);
+		client_close(c);
+		return;
+	}
+	if (lim->idle_timeout_s > 0 && !c->busy &&
+	    now >= c->active_ms + (uint64_t)lim->idle_timeout_s * 1000) {
+		cmd_error(
+		    &c->s, PERR_LIMIT, "idle for %d s", lim->idle_timeout_s);
+		log_info(
+		    "client %" PRIu64 " [%s]: idle; closing", c->s.id, c->peer);
+		client_close(c);
+		return;
+	}
+	if (c->busy)
+		c->active_ms = now; /* waiting is not idling */
+	client_timer_arm(c, now);
+}
+
 /* Refused before any state is made: one line, then close. */
 static void
 client_refuse(evutil_socket_t fd)
@@ -300,7 +364,8 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	c = xcalloc(1, sizeof *c);
 	c->bev = bufferevent_socket_new(cl.base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->process_ev = event_new(cl.base, -1, 0, client_process_cb, c);
-	if (c->bev == NULL || c->process_ev == NULL)
+	c->timer_ev = evtimer_new(cl.base, client_timer_cb, c);
+	if (c->bev == NULL || c->process_ev == NULL || c->timer_ev == NULL)
 		fatalx("client: cannot make a bufferevent");
 	client_peer_name(c->peer, sizeof c->peer, sa);
 	cmd_session_init(&c->s, ++cl.next_id, bufferevent_get_output(c->bev),
@@ -308,6 +373,8 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	bufferevent_setcb(
 	    c->bev, client_read_cb, client_write_cb, client_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	c->accepted_ms = c->active_ms = mono_ms();
+	client_timer_arm(c, c->accepted_ms);
 	TAILQ_INSERT_TAIL(&cl.all, c, entry);
 	cl.count++;
 	STAT_INC(connections_total);
@@ -326,6 +393,7 @@ client_free(struct client *c, bool vanished)
 		cmd_session_end(&c->s, vanished);
 	bufferevent_free(c->bev);
 	event_free(c->process_ev);
+	event_free(c->timer_ev);
 	free(c);
 }
 

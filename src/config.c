@@ -178,6 +178,7 @@ static const struct config_key config_keys[] = {
 	K_INT("listen.port", listen.port, 7878, 1, 65535, 0),
 	K_STR("listen.unix", listen.unix_path, "", config_check_unix, 0),
 	K_MODE("listen.unix_mode", listen.unix_mode, 0660, 0),
+	K_BOOL("listen.insecure", listen.insecure, false, 0),
 
 	K_STR("redis.host", redis.host, "127.0.0.1", NULL, 0),
 	K_INT("redis.port", redis.port, 6379, 1, 65535, 0),
@@ -748,8 +749,8 @@ config_check_sentinel(struct config_load *ld)
 
 	if ((r->nsentinels > 0) == (r->master_name[0] != '\0'))
 		return 0;
-	k = config_key_find(r->nsentinels > 0 ? "redis.sentinels"
-					      : "redis.master_name");
+	k = config_key_find(
+	    r->nsentinels > 0 ? "redis.sentinels" : "redis.master_name");
 	return config_error(ld, ld->where[k - config_keys], k->name,
 	    "redis.sentinels and redis.master_name go together");
 }

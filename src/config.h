@@ -18,6 +18,7 @@ struct config_listen {
 	int port;	 /* 7878, 1..65535 */
 	char *unix_path; /* key "unix"; "" = none */
 	int unix_mode; /* key "unix_mode", a string of octal digits, default "0660" */
+	bool insecure; /* listen beyond loopback without auth.secret */
 };
 
 struct config_redis {

@@ -7,7 +7,11 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
 #include <errno.h>
+#include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +73,42 @@ listener_add(struct evconnlistener *l)
 	ls.l[ls.n++] = l;
 }
 
+/* 127.0.0.0/8 and ::1 (also as ::ffff:127.x) reach only this host. */
+static bool
+listener_loopback(const struct sockaddr *sa)
+{
+	const struct sockaddr_in6 *sin6 = (const void *)sa;
+	const unsigned char *a = sin6->sin6_addr.s6_addr;
+
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)(const void *)sa)
+				  ->sin_addr.s_addr) >>
+			   24) == 127;
+	if (sa->sa_family != AF_INET6)
+		return false;
+	if (IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr))
+		return true;
+	return IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr) && a[12] == 127;
+}
+
+/*
+ * Anyone who can connect can take and hold any lock: beyond loopback that
+ * needs auth.secret, or an explicit listen.insecure (Redis's protected mode).
+ */
+static bool
+listener_allowed(const struct sockaddr *sa)
+{
+	const struct config *cf = ls.cf;
+
+	if (listener_loopback(sa) || cf->listen.insecure ||
+	    cf->auth.secret[0] != '\0' || cf->auth.secret_file[0] != '\0')
+		return true;
+	log_warnx("refusing to listen on %s without auth.secret (set "
+		  "listen.insecure = true to do it anyway)",
+	    cf->listen.address);
+	return false;
+}
+
 static int
 listener_tcp(void)
 {
@@ -86,6 +126,10 @@ listener_tcp(void)
 	if ((rc = getaddrinfo(cf->address, port, &hints, &res)) != 0) {
 		log_warnx(
 		    "listen.address %s: %s", cf->address, gai_strerror(rc));
+		return -1;
+	}
+	if (!listener_allowed(res->ai_addr)) {
+		freeaddrinfo(res);
 		return -1;
 	}
 	l = evconnlistener_new_bind(ls.base, listener_accept_cb, NULL,

@@ -1,6 +1,7 @@
 """Every ERR code reachable here, and the connection rules around them."""
 
 import socket
+import time
 
 from lbtest import Broker, BrokerTest, Client, main, wait_for
 
@@ -184,15 +185,51 @@ class Auth(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE x"), r"^OK ")
 
     def test_wrong_secret_closes(self):
-        for guess in ("s3cret", "s3cret-of-some-lengtH", "x" * 300):
+        for guess in ("s3cret", "s3cret-of-some-lengtH", "x" * 100):
             a = self.client()
             self.assertEqual(a.cmd("AUTH " + guess), "ERR AUTH wrong secret")
             self.assertTrue(a.closed())
+
+    def test_lines_before_auth_are_short(self):
+        a = self.client()
+        self.assertEqual(a.cmd("AUTH " + "x" * 130),
+                         "ERR PROTO line too long")
+        self.assertTrue(a.closed())
+        b = self.client()
+        self.assertEqual(b.cmd("AUTH s3cret-of-some-length"), "OK")
+        self.assertRegex(b.cmd("STATUS " + "n" * 200), r"^OK FREE$")
 
     def test_quit_before_auth(self):
         a = self.client()
         self.assertEqual(a.cmd("QUIT"), "OK")
         self.assertTrue(a.closed())
+
+
+class Timeouts(BrokerTest):
+    conf = {"auth": {"secret": "sesame-sesame"},
+            "limits": {"auth_timeout_s": 1, "idle_timeout_s": 1}}
+
+    def test_auth_timeout(self):
+        a = self.client()
+        self.assertEqual(a.cmd("PING"), "PONG")
+        start = time.monotonic()
+        self.assertEqual(a.line(), "ERR NOAUTH no AUTH within 1 s")
+        self.assertTrue(a.closed())
+        self.assertGreater(time.monotonic() - start, 0.8)
+
+    def test_idle_timeout_spares_waiters(self):
+        a, w, idle = self.client(), self.client(), self.client()
+        for c in (a, w, idle):
+            self.assertEqual(c.cmd("AUTH sesame-sesame"), "OK")
+        self.assertRegex(a.cmd("ACQUIRE it"), r"^OK ")
+        w.send("ACQUIRE it WAIT 3000")
+        for _ in range(4):  # a keeps itself alive with PING
+            time.sleep(0.5)
+            self.assertEqual(a.cmd("PING"), "PONG")
+        self.assertEqual(idle.line(), "ERR LIMIT idle for 1 s")
+        self.assertTrue(idle.closed())
+        self.assertEqual(a.cmd("RELEASE it"), "OK")
+        self.assertRegex(w.line(), r"^OK ")  # waited 2 s, not dropped
 
 
 if __name__ == "__main__":

@@ -84,5 +84,21 @@ class Reload(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE z"), r"^OK ")
 
 
+class Exposure(BrokerTest):
+
+    def test_refuses_wide_listen_without_secret(self):
+        import subprocess
+        from lbtest import LOCKBROKERD, render_conf
+        conf = os.path.join(self.tmpdir, "wide.conf")
+        with open(conf, "w") as f:
+            f.write(render_conf({"listen": {"address": "0.0.0.0",
+                                            "port": 1}}))
+        p = subprocess.run([LOCKBROKERD, "-c", conf], capture_output=True,
+                           text=True, timeout=10)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("refusing to listen on 0.0.0.0 without auth.secret",
+                      p.stderr)
+
+
 if __name__ == "__main__":
     main()
