@@ -1,0 +1,125 @@
+"""Hostile clients: each attack leaves the daemon serving others correctly,
+with its RSS within 20 MiB of where it started."""
+
+import resource
+import socket
+import time
+
+from lbtest import BrokerTest, main, wait_for
+
+MIB = 1024 * 1024
+
+
+def rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Hostile(BrokerTest):
+    conf = {"limits": {"max_clients": 1000}, "log": {"level": "info"}}
+
+    def setUp(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = min(hard, 8192)
+        if soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        super().setUp()
+        self.good = self.client()
+        self.assertRegex(self.good.cmd("ACQUIRE guard"), r"^OK ")
+        self.base = rss(self.broker.proc.pid)
+
+    def still_fine(self):
+        """The other client is served and memory came back down."""
+        self.assertEqual(self.good.cmd("PING"), "PONG")
+        self.assertRegex(self.good.cmd("STATUS guard"), r"^OK HELD ")
+        self.assertEqual(len(self.good.until_end("LOCKS")), 1)
+        grown = rss(self.broker.proc.pid) - self.base
+        self.assertLess(grown, 20 * MIB, "RSS grew %d bytes" % grown)
+
+    def raw(self):
+        s = socket.create_connection(("127.0.0.1", self.broker.port))
+        s.settimeout(10)
+        return s
+
+    def test_megabyte_line_without_newline(self):
+        s = self.raw()
+        try:
+            s.sendall(b"A" * MIB)
+        except OSError:
+            pass  # closed on us mid-send: fine
+        data = s.recv(100)
+        self.assertEqual(data, b"ERR PROTO line too long\n")
+        s.close()
+        self.still_fine()
+
+    def test_100000_pipelined_pings(self):
+        s = self.raw()
+        s.sendall(b"PING\n" * 100000)
+        got = b""
+        while got.count(b"\n") < 100000:
+            got += s.recv(1 << 20)
+        self.assertEqual(got, b"PONG\n" * 100000)
+        s.close()
+        self.still_fine()
+
+    def test_bad_bytes_and_numbers(self):
+        c = self.client()
+        for raw in (b"PING\x00", b"\rPING", b"A\x01\x02\x03", b"\x1f\x1e"):
+            c.send(raw)
+            self.assertEqual(c.line(), "ERR PROTO control byte in request")
+        for n in ("18446744073709551616", "-1", "1e3", "0x10"):
+            self.assertRegex(c.cmd("ACQUIRE n TTL " + n), r"^ERR ARGS ")
+            self.assertRegex(c.cmd("VALIDATE n " + n), r"^ERR ARGS ")
+        self.assertRegex(c.cmd("ACQUIRE " + "x" * 201), r"^ERR NAME ")
+        self.assertRegex(c.cmd("ACQUIRE {br}ace}{ WAIT 0"), r"^OK ")
+        self.assertEqual(c.cmd("RELEASE {br}ace}{"), "OK")
+        self.still_fine()
+
+    def test_2000_connections_over_max_clients(self):
+        socks, refused = [], 0
+        for _ in range(2000):
+            s = socket.create_connection(("127.0.0.1", self.broker.port))
+            socks.append(s)
+        for s in socks[1000:]:
+            s.settimeout(10)
+            if s.recv(100) == b"ERR LIMIT too many clients\n":
+                refused += 1
+        # 1000 slots, minus the two this test already holds.
+        self.assertGreaterEqual(refused, 1000)
+        self.assertEqual(self.good.cmd("PING"), "PONG")
+        for s in socks:
+            s.close()
+        wait_for(lambda: self.broker.info()["clients"] == "2", 10)
+        self.still_fine()
+
+    def test_500_half_lines_that_stall(self):
+        socks = []
+        for i in range(500):
+            s = socket.create_connection(("127.0.0.1", self.broker.port))
+            s.sendall(b"ACQUIRE half%d TT" % i)
+            socks.append(s)
+        time.sleep(0.5)
+        self.still_fine()
+        for s in socks:
+            s.close()
+        wait_for(lambda: self.broker.info()["clients"] == "2", 10)
+
+    def test_10000_acquires_never_read(self):
+        s = self.raw()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            s.sendall(b"".join(b"ACQUIRE p%d WAIT 0\n" % i
+                               for i in range(10000)))
+        except OSError:
+            pass
+        time.sleep(1.0)
+        self.still_fine()
+        s.close()
+        wait_for(lambda: self.broker.info()["locks_held"] == "1", 10)
+
+
+if __name__ == "__main__":
+    main()
