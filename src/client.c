@@ -280,6 +280,7 @@ client_resume(struct session *s)
 	struct client *c = s->ctx;
 
 	c->busy = false;
+	c->active_ms = mono_ms(); /* a wait that just ended was not idling */
 	event_active(c->process_ev, EV_TIMEOUT, 1);
 }
 

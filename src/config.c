@@ -4,8 +4,12 @@
  * is one row here plus a field in config.h. Errors come back as text; this
  * file depends on nothing in lockbroker but xmalloc.
  */
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+
+#include <netinet/in.h>
+#include <arpa/inet.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -740,6 +744,35 @@ config_wipe_tree(config_t *lc)
 }
 
 /* libconfig's tree lives only this long: parse, check, copy out, wipe. */
+/*
+ * A numeric listen.address beyond loopback needs a secret or an explicit
+ * listen.insecure, so -t catches it (the listener checks names it resolves).
+ */
+static int
+config_check_exposure(struct config_load *ld)
+{
+	const struct config *cf = ld->cf;
+	const struct config_key *k = config_key_find("listen.address");
+	unsigned char a[16];
+	bool wide;
+
+	if (cf->listen.insecure || cf->auth.secret[0] != '\0' ||
+	    cf->auth.secret_file[0] != '\0' || cf->listen.address[0] == '\0')
+		return 0;
+	if (inet_pton(AF_INET, cf->listen.address, a) == 1)
+		wide = a[0] != 127;
+	else if (inet_pton(AF_INET6, cf->listen.address, a) == 1)
+		wide = !IN6_IS_ADDR_LOOPBACK((struct in6_addr *)a) &&
+		    !(IN6_IS_ADDR_V4MAPPED((struct in6_addr *)a) &&
+			a[12] == 127);
+	else
+		return 0;
+	if (!wide)
+		return 0;
+	return config_error(ld, ld->where[k - config_keys], k->name,
+	    "beyond loopback needs auth.secret (or listen.insecure = true)");
+}
+
 /* Sentinels and a master name only make sense together. */
 static int
 config_check_sentinel(struct config_load *ld)
@@ -769,6 +802,8 @@ config_load_text(struct config_load *ld, const char *text)
 		rv = config_check_order(ld);
 	if (rv == 0)
 		rv = config_check_sentinel(ld);
+	if (rv == 0)
+		rv = config_check_exposure(ld);
 	config_wipe_tree(&lc);
 	config_destroy(&lc);
 	return rv;

@@ -525,11 +525,15 @@ static void
 lock_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lock_hold *h = arg;
+	struct lock_owner *o = h->owner;
 	struct lock_req *req;
 
+	/* Every third of the lease in force now (a reload may change it). */
+	lock_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
 	if (h->renewing != NULL)
 		return; /* the last one is still out; its answer decides */
-	if (h->owner->pending != NULL && h->owner->pending->ln == h->ln)
+	if (o->pending != NULL && o->pending->ln == h->ln &&
+	    (o->pending->op == OP_ACQUIRE || o->pending->op == OP_EXTEND))
 		return; /* its own ACQUIRE or EXTEND sets the lease now */
 	req = lock_req_new(OP_RENEW, NULL, h->ln->name, h->token);
 	req->hold = h;
@@ -608,7 +612,7 @@ lock_hold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	snprintf(h->token, sizeof h->token, "%s", req->token);
 	lock_hold_arm(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
-		h->renew_ev = lock_hold_event(h, lock_renew_timer_cb, true);
+		h->renew_ev = lock_hold_event(h, lock_renew_timer_cb, false);
 		lock_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
 	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
 		event_free(h->renew_ev);
@@ -1161,10 +1165,22 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 {
 	struct lock_req *req;
 
+	struct lock_hold *h;
+
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
 	if (!lock_check_ttl(ttl_ms, res))
 		return -1;
+	/* The broker renews a session lease itself; the next renewal would
+	 * undo an EXTEND, so say so instead of pretending. */
+	if ((h = lock_owner_find(o, name)) != NULL && h->kind == LOCK_SESSION &&
+	    strcmp(h->token, token) == 0) {
+		lock_set_err(res, PERR_ARGS,
+		    "a session lock is renewed by the broker; EXTEND is for "
+		    "TTL "
+		    "locks");
+		return -1;
+	}
 	req = lock_req_new(OP_EXTEND, o, name, token);
 	req->ttl_ms = ttl_ms;
 	req->in_flight = true;

@@ -59,6 +59,14 @@ class Basic(BrokerTest):
         self.assertGreater(self.redis("PTTL", "lockbroker:{e}"), 50000)
         self.assertRegex(a.until_end("LOCKS")[0], r"^LOCK e \d+ 5\d{4} FIXED$")
 
+    def test_extend_of_a_session_lock_is_refused(self):
+        a = self.client()
+        self.grant(a, "ACQUIRE se")
+        self.assertEqual(a.cmd("EXTEND se 100"),
+                         "ERR ARGS a session lock is renewed by the broker; "
+                         "EXTEND is for TTL locks")
+        self.assertRegex(a.until_end("LOCKS")[0], r"^LOCK se \d+ \d+ SESSION$")
+
     def test_disconnect_frees_within_100ms(self):
         for kind in ("", " TTL 60000"):
             a, b = self.client(), self.client()

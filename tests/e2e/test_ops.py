@@ -66,6 +66,16 @@ class Reload(BrokerTest):
         time.sleep(0.1)
         self.assertNotIn("debug:", self.broker.logtext()[mark:])
 
+    def test_reload_shorter_lease_keeps_session_locks(self):
+        a = self.client()
+        fence = a.cmd("ACQUIRE lease").split()[1]
+        self.broker.reload({"locks": {"lease_ms": 300}})
+        # The renewal due at a third of the old lease (3.3 s) uses the new
+        # lease, and every third of it from then on.
+        time.sleep(4.0)
+        self.assertEqual(a.cmd("VALIDATE lease " + fence), "OK VALID")
+        self.assertLessEqual(self.redis("PTTL", "lockbroker:{lease}"), 300)
+
     def test_bad_file_keeps_running_config(self):
         a = self.client()
         self.broker.reload(raw="limits = { max_clients = 0; };\n")
@@ -93,11 +103,13 @@ class Exposure(BrokerTest):
         with open(conf, "w") as f:
             f.write(render_conf({"listen": {"address": "0.0.0.0",
                                             "port": 1}}))
-        p = subprocess.run([LOCKBROKERD, "-c", conf], capture_output=True,
-                           text=True, timeout=10)
-        self.assertEqual(p.returncode, 1)
-        self.assertIn("refusing to listen on 0.0.0.0 without auth.secret",
-                      p.stderr)
+        for args in (["-t", "-c", conf], ["-c", conf]):
+            p = subprocess.run([LOCKBROKERD] + args, capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("wide.conf:1: listen.address: beyond loopback "
+                          "needs auth.secret (or listen.insecure = true)",
+                          p.stderr)
 
 
 if __name__ == "__main__":
