@@ -518,7 +518,9 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	}
 	redisc_set_up(conn, true);
 	conn->attempts = 0;
-	redisEnableKeepAlive((redisContext *)&ac->c);
+	/* TCP only: on a Unix socket it fails and marks the context bad. */
+	if (conn == &rc.sent || rc.cf->unix_path[0] == '\0')
+		redisEnableKeepAlive((redisContext *)&ac->c);
 	if (conn == &rc.cmd)
 		rc.cmd_last_reply_ms = mono_ms();
 	if (conn == &rc.cmd)

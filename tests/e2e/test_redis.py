@@ -48,5 +48,29 @@ class Scripts(BrokerTest):
         self.assertIn("redis command: connection lost", self.broker.logtext())
 
 
+class UnixAndDb(BrokerTest):
+
+    def test_unix_socket_and_select(self):
+        import os
+        from lbtest import Resp
+        path = os.path.join(self.tmpdir, "redis.sock")
+        self.redis.kill()
+        self.redis.extra = ["--unixsocket", path, "--unixsocketperm", "700"]
+        self.redis.start()
+        b = self.start_broker({"redis": {"unix": path, "db": 3}},
+                              name="unix")
+        self.assertIn("redis command: connected to %s" % path, b.logtext())
+        c = self.client(b)
+        token = c.cmd("ACQUIRE u").split()[3]
+        r = Resp(path=path)
+        try:
+            self.assertEqual(r("SELECT", 3), "OK")
+            self.assertEqual(r("GET", "lockbroker:{u}"), token)
+            self.assertEqual(r("SELECT", 0), "OK")
+            self.assertIsNone(r("GET", "lockbroker:{u}"))
+        finally:
+            r.close()
+
+
 if __name__ == "__main__":
     main()
