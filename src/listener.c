@@ -21,12 +21,17 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "lb_build.h"
+#if HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "client.h"
 #include "config.h"
 #include "listener.h"
 #include "log.h"
 
-#define LISTENER_MAX 2
+#define LISTENER_MAX 8
 #define LISTENER_BACKOFF_MS 100
 
 static struct {
@@ -201,12 +206,54 @@ listener_unix(void)
 	return 0;
 }
 
+/*
+ * Sockets passed by systemd (lockbroker.socket): they replace listen.*.
+ * Returns how many were taken, or -1 on a socket we must not serve.
+ */
+static int
+listener_systemd(void)
+{
+#if HAVE_LIBSYSTEMD
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int n = sd_listen_fds(1);
+
+	for (int i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + i;
+		struct evconnlistener *l;
+
+		len = sizeof ss;
+		if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+		    (ss.ss_family != AF_UNIX &&
+			!listener_allowed((struct sockaddr *)&ss)))
+			return -1;
+		evutil_make_socket_nonblocking(fd);
+		l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
+		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+		if (l == NULL || ls.n == LISTENER_MAX)
+			return -1;
+		listener_add(l);
+		log_info("listening on socket %d from systemd", fd);
+	}
+	return n > 0 ? n : 0;
+#else
+	return 0;
+#endif
+}
+
 int
 listener_init(struct event_base *base, const struct config *cf)
 {
+	int n;
+
 	ls.base = base;
 	ls.cf = cf;
 	ls.resume_ev = evtimer_new(base, listener_resume_cb, NULL);
+	if ((n = listener_systemd()) != 0) {
+		if (n > 0)
+			log_info("listen.* ignored: sockets come from systemd");
+		return n > 0 ? 0 : -1;
+	}
 	if (cf->listen.address[0] != '\0' && listener_tcp() != 0)
 		return -1;
 	if (cf->listen.unix_path[0] != '\0' && listener_unix() != 0)

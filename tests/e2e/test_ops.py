@@ -1,6 +1,8 @@
 """Operating it: graceful stop on SIGTERM, reload on SIGHUP."""
 
 import os
+import shutil
+import unittest
 import signal
 import time
 
@@ -92,6 +94,36 @@ class Reload(BrokerTest):
         self.assertEqual(a.cmd("ACQUIRE z"), "ERR NOAUTH AUTH first")
         self.assertEqual(a.cmd("AUTH now-needed"), "OK")
         self.assertRegex(a.cmd("ACQUIRE z"), r"^OK ")
+
+
+class SocketActivation(BrokerTest):
+
+    @unittest.skipUnless(shutil.which("systemd-socket-activate"),
+                         "systemd-socket-activate is not installed")
+    def test_passed_socket(self):
+        import socket
+        import subprocess
+        from lbtest import LOCKBROKERD, Client, free_port
+        port = free_port()
+        log = os.path.join(self.tmpdir, "activated.log")
+        with open(log, "wb") as out:
+            p = subprocess.Popen(
+                ["systemd-socket-activate", "-l", "127.0.0.1:%d" % port,
+                 LOCKBROKERD, "-c", self.broker.conf],
+                stdout=out, stderr=out)
+        try:
+            # The first connection starts it; it serves on the passed socket.
+            c = wait_for(lambda: Client(port), 10)
+            self.assertEqual(c.cmd("PING"), "PONG")
+            self.assertRegex(c.cmd("ACQUIRE act WAIT 0"), r"^OK ")
+            c.close()
+            with open(log) as f:
+                text = f.read()
+            self.assertIn("from systemd", text)
+            self.assertIn("listen.* ignored: sockets come from systemd", text)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(10), 0)
 
 
 class Exposure(BrokerTest):
