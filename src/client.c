@@ -344,7 +344,7 @@ client_refuse(evutil_socket_t fd)
 {
 	static const char msg[] = "ERR LIMIT too many clients\n";
 
-	STAT_INC(connections_rejected);
+	STAT_INC(connections_rejected_total);
 	(void)send(fd, msg, sizeof msg - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	evutil_closesocket(fd);
 }

@@ -346,6 +346,13 @@ cmd_info(struct session *s, int argc, char **argv)
 	for (int i = 0; i < STAT__COUNT; i++)
 		evbuffer_add_printf(s->out, "STAT %s %" PRId64 "\n",
 		    stats_name((enum stats_id)i), stats[i]);
+	for (int i = 0; i < HIST__COUNT; i++)
+		evbuffer_add_printf(s->out,
+		    "STAT %s_count %" PRIu64 "\nSTAT %s_sum %.6f\n",
+		    stats_hist_name((enum stats_hist_id)i),
+		    stats_hists[i].count,
+		    stats_hist_name((enum stats_hist_id)i),
+		    (double)stats_hists[i].sum_us / 1e6);
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
 }

@@ -55,6 +55,7 @@ struct lock_req {
 	uint64_t fence; /* OP_VALIDATE */
 	int64_t wait_ms;
 	uint64_t start_ms;     /* monotonic, read before sending */
+	uint64_t created_us;   /* for the wait-time histogram */
 	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
 	struct event *deadline_ev;
 };
@@ -194,6 +195,7 @@ lock_req_new(
 	if (o != NULL)
 		o->pending = req;
 	req->start_ms = mono_ms();
+	req->created_us = mono_us();
 	return req;
 }
 
@@ -225,6 +227,8 @@ lock_answer(struct lock_req *req, const struct lock_result *res)
 		return;
 	req->owner = NULL;
 	o->pending = NULL;
+	if (req->op == OP_ACQUIRE)
+		stats_observe(HIST_wait_seconds, mono_us() - req->created_us);
 	o->ops->done(o, res);
 }
 
@@ -290,6 +294,7 @@ lock_hold_arm(struct lock_hold *h)
 static void
 lock_hold_free(struct lock_hold *h)
 {
+	stats_observe(HIST_hold_seconds, mono_us() - h->granted_us);
 	TAILQ_REMOVE(&h->owner->holds, h, owner_entry);
 	h->owner->nholds--;
 	LIST_REMOVE(h, name_entry);
@@ -593,6 +598,7 @@ lock_hold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		h->ln = req->ln;
 		h->ln->refs++;
 		h->granted_ms = req->start_ms;
+		h->granted_us = mono_us();
 		h->expire_ev = lock_hold_event(h, lock_expire_cb, false);
 		TAILQ_INSERT_TAIL(&o->holds, h, owner_entry);
 		LIST_INSERT_HEAD(&h->ln->holds, h, name_entry);

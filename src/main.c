@@ -23,6 +23,7 @@
 #include "listener.h"
 #include "lock.h"
 #include "log.h"
+#include "metrics.h"
 #include "redisc.h"
 #include "util.h"
 
@@ -186,6 +187,7 @@ static void
 main_teardown(void)
 {
 	listener_close();
+	metrics_shutdown();
 	client_shutdown();
 	redisc_stop();
 	/* Requests failed during the stop are answered from the loop. */
@@ -245,6 +247,8 @@ main(int argc, char **argv)
 	client_init(m.base, &m.cf);
 	if (listener_init(m.base, &m.cf) != 0)
 		fatalx("cannot listen; exiting");
+	if (metrics_init(m.base, &m.cf) != 0)
+		fatalx("cannot serve metrics; exiting");
 	redisc_connect();
 	log_info("lockbrokerd %s started", LB_VERSION);
 	main_notify("READY=1");

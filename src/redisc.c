@@ -30,8 +30,9 @@ struct redisc_req {
 	redisc_cb *cb;
 	void *arg;
 	uint64_t deadline_ms;
-	bool answered; /* cb has run; a late reply is only freed */
-	bool retried;  /* NOSCRIPT was answered by EVAL once already */
+	uint64_t sent_us; /* for the round-trip histogram */
+	bool answered;	  /* cb has run; a late reply is only freed */
+	bool retried;	  /* NOSCRIPT was answered by EVAL once already */
 	struct redisc_script *script;
 	int argc; /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;
@@ -200,8 +201,10 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct redisc_req *req = privdata;
 	const redisReply *reply = r;
 
-	if (reply != NULL)
+	if (reply != NULL) {
 		rc.cmd_last_reply_ms = mono_ms();
+		stats_observe(HIST_redis_rtt_seconds, mono_us() - req->sent_us);
+	}
 	if (req->answered) {
 		redisc_req_free(req);
 		return;
@@ -308,6 +311,7 @@ static void
 redisc_submit(struct redisc_req *req)
 {
 	req->deadline_ms = mono_ms() + (uint64_t)rc.cf->command_timeout_ms;
+	req->sent_us = mono_us();
 	TAILQ_INSERT_TAIL(&rc.inflight, req, entry);
 	if (redisc_send(req, true) != 0) {
 		/* Never answered from inside the caller: it may hold state. */

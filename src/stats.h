@@ -1,6 +1,6 @@
 /*
- * stats: every counter and gauge defined once, so INFO (and later the
- * Prometheus page) cannot drift from what the code counts.
+ * stats: every counter, gauge and histogram defined once, so INFO and the
+ * Prometheus page cannot drift from what the code counts.
  */
 #ifndef LB_STATS_H
 #define LB_STATS_H
@@ -10,7 +10,8 @@
 /* X(name, kind, help): kind is COUNTER (only grows) or GAUGE. */
 #define STATS_TABLE(X)                                                         \
 	X(connections_total, COUNTER, "client connections accepted")           \
-	X(connections_rejected, COUNTER, "connections refused by max_clients") \
+	X(connections_rejected_total, COUNTER,                                 \
+	    "connections refused by max_clients")                              \
 	X(clients, GAUGE, "clients connected now")                             \
 	X(commands_total, COUNTER, "requests processed")                       \
 	X(errors_total, COUNTER, "requests answered with ERR")                 \
@@ -42,6 +43,37 @@ enum stats_id {
 };
 
 extern int64_t stats[STAT__COUNT];
+
+/* X(name, help): latencies, observed in microseconds, shown in seconds. */
+#define STATS_HISTOGRAMS(X)                                                    \
+	X(wait_seconds, "time from ACQUIRE to its answer")                     \
+	X(hold_seconds, "time a lock was held by a client of this broker")     \
+	X(redis_rtt_seconds, "Redis request round trips")
+
+enum stats_hist_id {
+#define STATS_HENUM(name, help) HIST_##name,
+	STATS_HISTOGRAMS(STATS_HENUM)
+#undef STATS_HENUM
+	    HIST__COUNT
+};
+
+/* Upper bounds in microseconds; the last bucket is +Inf. */
+#define STATS_NBUCKETS 16
+extern const uint64_t stats_bucket_us[STATS_NBUCKETS];
+
+struct stats_hist {
+	uint64_t buckets[STATS_NBUCKETS + 1]; /* not cumulative; last: +Inf */
+	uint64_t count;
+	uint64_t sum_us;
+};
+
+extern struct stats_hist stats_hists[HIST__COUNT];
+
+void stats_observe(enum stats_hist_id id, uint64_t us);
+const char *stats_hist_name(enum stats_hist_id id);
+const char *stats_hist_help(enum stats_hist_id id);
+/* COUNTER or GAUGE, as the table says. */
+int stats_is_counter(enum stats_id id);
 
 #define STAT_INC(id) (stats[STAT_##id]++)
 #define STAT_DEC(id) (stats[STAT_##id]--)

@@ -10,6 +10,8 @@
 
 /* Milliseconds on CLOCK_MONOTONIC: every timer and lease decision uses it. */
 uint64_t mono_ms(void);
+/* The same clock in microseconds, for latency figures. */
+uint64_t mono_us(void);
 
 /* 128 random bits as 32 lowercase hex characters and a NUL (33 bytes). */
 void util_random_token(char out[UTIL_TOKEN_HEXLEN + 1]);

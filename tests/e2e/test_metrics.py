@@ -1,0 +1,96 @@
+"""Prometheus text at /metrics, /healthz, and INFO from the same table."""
+
+import re
+import urllib.error
+import urllib.request
+
+from lbtest import BrokerTest, free_port, main, wait_for
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{le="([^"]+)"\})? '
+                    r'(-?[0-9.e+]+|\+Inf)$')
+
+
+def parse(text):
+    """A strict reader of the text format: returns {name: value} and
+    {name: type}; fails on any line it does not understand."""
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram"), line
+            types[name] = kind
+            continue
+        m = SAMPLE.match(line)
+        assert m, "not a sample: %r" % line
+        key = m.group(1) + (m.group(2) or "")
+        samples[key] = float(m.group(4))
+    return samples, types
+
+
+class Metrics(BrokerTest):
+
+    def setUp(self):
+        self.mport = free_port()
+        self.conf = {"metrics": {"enabled": True, "port": self.mport}}
+        super().setUp()
+
+    def get(self, path):
+        url = "http://127.0.0.1:%d%s" % (self.mport, path)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_metrics_parse_and_move(self):
+        status, text = self.get("/metrics")
+        self.assertEqual(status, 200)
+        before, types = parse(text)
+        self.assertEqual(types["lockbroker_grants_total"], "counter")
+        self.assertEqual(types["lockbroker_clients"], "gauge")
+        self.assertEqual(types["lockbroker_wait_seconds"], "histogram")
+        for name, kind in types.items():
+            if kind == "counter":
+                self.assertTrue(name.endswith("_total"), name)
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE m"), r"^OK ")
+        self.assertEqual(b.cmd("ACQUIRE m WAIT 50"), "TIMEOUT")
+        self.assertEqual(a.cmd("RELEASE m"), "OK")
+        _, text = self.get("/metrics")
+        after, _ = parse(text)
+        self.assertEqual(after["lockbroker_grants_total"],
+                         before["lockbroker_grants_total"] + 1)
+        self.assertEqual(after["lockbroker_timeouts_total"],
+                         before["lockbroker_timeouts_total"] + 1)
+        self.assertEqual(after["lockbroker_releases_total"],
+                         before["lockbroker_releases_total"] + 1)
+        self.assertEqual(after["lockbroker_wait_seconds_count"],
+                         before["lockbroker_wait_seconds_count"] + 2)
+        self.assertEqual(after["lockbroker_hold_seconds_count"],
+                         before["lockbroker_hold_seconds_count"] + 1)
+        self.assertGreaterEqual(after["lockbroker_wait_seconds_sum"], 0.05)
+        self.assertGreater(after["lockbroker_redis_rtt_seconds_count"], 0)
+        # The TIMEOUT waited 50 ms: it is in the 0.05 bucket's +Inf side.
+        self.assertEqual(after['lockbroker_wait_seconds_bucket{le="+Inf"}'],
+                         after["lockbroker_wait_seconds_count"])
+        self.assertEqual(after["lockbroker_redis_up"], 1)
+        # INFO shows the same numbers from the same table.
+        info = a.info()
+        self.assertEqual(float(info["grants_total"]),
+                         after["lockbroker_grants_total"])
+        self.assertEqual(float(info["wait_seconds_count"]),
+                         after["lockbroker_wait_seconds_count"])
+
+    def test_healthz_follows_redis(self):
+        self.assertEqual(self.get("/healthz"), (200, "ok\n"))
+        self.redis.kill()
+        wait_for(lambda: self.get("/healthz")[0] == 503, 5)
+        self.redis.start()
+        wait_for(lambda: self.get("/healthz")[0] == 200, 10)
+        self.assertEqual(self.get("/nothing")[0], 404)
+
+
+if __name__ == "__main__":
+    main()
