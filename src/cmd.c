@@ -441,35 +441,17 @@ cmd_session_end(struct session *s, bool vanished)
 	lock_owner_gone(&s->owner, vanished);
 }
 
-/* The secret file's first line, without its newline; NULL on error. */
-static char *
-cmd_read_secret(const char *path)
-{
-	char buf[1024];
-	FILE *f;
-
-	if ((f = fopen(path, "r")) == NULL) {
-		log_warn("auth.secret_file %s", path);
-		return NULL;
-	}
-	if (fgets(buf, sizeof buf, f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (buf[0] == '\0') {
-		log_warnx("auth.secret_file %s: empty", path);
-		return NULL;
-	}
-	return xstrdup(buf);
-}
-
 /* The secret in force: auth.secret_file wins over auth.secret. */
 static char *
 cmd_secret(const struct config *cf)
 {
-	if (cf->auth.secret_file[0] != '\0')
-		return cmd_read_secret(cf->auth.secret_file);
-	return xstrdup(cf->auth.secret);
+	char *secret;
+
+	if (cf->auth.secret_file[0] == '\0')
+		return xstrdup(cf->auth.secret);
+	if ((secret = util_read_secret(cf->auth.secret_file)) == NULL)
+		log_warn("auth.secret_file %s", cf->auth.secret_file);
+	return secret;
 }
 
 void

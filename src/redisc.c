@@ -363,24 +363,6 @@ redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 	redisAsyncDisconnect(ac);
 }
 
-/* Read a secret from a file: its first line, without the newline. */
-static char *
-redisc_read_secret(const char *path)
-{
-	char buf[512];
-	FILE *f;
-
-	if ((f = fopen(path, "r")) == NULL) {
-		log_warn("redis: %s", path);
-		return NULL;
-	}
-	if (fgets(buf, sizeof buf, f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-	return xstrdup(buf);
-}
-
 /* AUTH is queued before anything else, so it reaches Redis first. */
 static void
 redisc_queue_auth(redisAsyncContext *ac)
@@ -388,9 +370,10 @@ redisc_queue_auth(redisAsyncContext *ac)
 	const struct config_redis *cf = rc.cf;
 	char *pass = NULL;
 
-	if (cf->password_file[0] != '\0')
-		pass = redisc_read_secret(cf->password_file);
-	else if (cf->password[0] != '\0')
+	if (cf->password_file[0] != '\0') {
+		if ((pass = util_read_secret(cf->password_file)) == NULL)
+			log_warn("redis.password_file %s", cf->password_file);
+	} else if (cf->password[0] != '\0')
 		pass = xstrdup(cf->password);
 	if (pass != NULL && cf->username[0] != '\0')
 		redisAsyncCommand(ac, redisc_setup_cb, "AUTH", "AUTH %s %s",

@@ -1,5 +1,6 @@
 /* util: clock and randomness, kept apart so the unit tests can reach them. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -90,4 +91,31 @@ util_secret_equal(const char *given, const char *secret)
 		diff |=
 		    (unsigned char)given[i] ^ (unsigned char)secret[i % slen];
 	return diff == 0;
+}
+
+char *
+util_read_secret(const char *path)
+{
+	char buf[1024], *copy;
+	FILE *f;
+	int saved;
+
+	if ((f = fopen(path, "r")) == NULL)
+		return NULL;
+	if (fgets(buf, sizeof buf, f) == NULL)
+		buf[0] = '\0';
+	saved = errno;
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (buf[0] == '\0') {
+		explicit_bzero(buf, sizeof buf);
+		errno = saved != 0 ? saved : ENODATA;
+		return NULL;
+	}
+	/* The copy is the caller's to wipe (freezero_str); ours goes now. */
+	copy = strdup(buf);
+	explicit_bzero(buf, sizeof buf);
+	if (copy == NULL)
+		abort();
+	return copy;
 }

@@ -31,4 +31,10 @@ uint64_t util_validity_end(uint64_t start_ms, uint64_t ttl_ms, double drift);
  */
 bool util_secret_equal(const char *given, const char *secret);
 
+/*
+ * A secret kept in a file: its first line without the newline, malloc'd
+ * (wipe it with freezero_str). NULL with errno set if unreadable or empty.
+ */
+char *util_read_secret(const char *path);
+
 #endif
