@@ -20,6 +20,7 @@ PY_CLIENT = os.path.join(EXAMPLES, "python", "lockclient.py")
 NODE_CLIENT = os.path.join(EXAMPLES, "node", "lockclient.js")
 NODE = shutil.which("node")
 
+sys.dont_write_bytecode = True  # no __pycache__ in examples/
 sys.path.insert(0, os.path.dirname(PY_CLIENT))
 import lockclient  # noqa: E402  (examples/python/lockclient.py)
 
@@ -136,10 +137,20 @@ class BashExample(BrokerTest):
     def test_lost_during_command(self):
         # A 200 ms fixed lease runs out while the command sleeps: the
         # EVENT LOST line is waiting in front of the RELEASE reply.
-        r = self.run_script("-t", "200", "short", "sleep", "0.6")
+        r = self.run_script("-t", "200", "short", "sleep", str(0.6 * SLOW))
         self.assertEqual(r.returncode, 70, r.stderr)
         self.assertIn("EVENT LOST short 1 expired", r.stderr)
         self.assertIn("lost", r.stderr)
+
+    def test_closed_by_broker_during_command(self):
+        # A connection that only holds locks is idle: the broker closes it
+        # (ERR LIMIT idle, unasked) and releases the lock mid-command.
+        b = self.start_broker({"limits": {"idle_timeout_s": 1}}, name="idle")
+        r = self.run_script("idle", "sleep", str(1.8 * SLOW),
+                            env={"LOCKBROKER_PORT": str(b.port)})
+        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertIn("ERR LIMIT idle", r.stderr)
+        self.assertIn("lock lost", r.stderr)
 
     def test_auth(self):
         b = self.start_broker({"auth": {"secret": "s3cret"}}, name="authed")
