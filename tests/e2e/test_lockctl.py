@@ -1,0 +1,431 @@
+"""lockctl, the command-line client, against a real redis-server and
+lockbrokerd: mutual exclusion of `lockctl run`, the lock in COMMAND's
+environment, exit codes, and the process group stopped when the lock is lost
+(key deleted in Redis, TTL run out, broker killed)."""
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import termios
+import time
+
+from lbtest import SLOW, BrokerTest, free_port, main, wait_for
+
+LOCKCTL = os.environ.get("LOCKCTL", "build/tools/lockctl")
+
+EXIT_USAGE, EXIT_TIMEOUT, EXIT_LOST, EXIT_NOTHELD = 64, 65, 66, 67
+EXIT_UNAVAILABLE, EXIT_AUTH = 69, 77
+
+GRANT = re.compile(r"^(\d+) (\d+) (\S+)$")
+
+
+def gone(pid):
+    """True once pid has exited (a zombie counts as exited)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+class LockctlTest(BrokerTest):
+    """BrokerTest plus helpers that run lockctl against this test's broker
+    and kill whatever it started if a test fails half-way."""
+
+    def setUp(self):
+        super().setUp()
+        self.pids = []  # COMMAND and grandchild pids, killed at cleanup
+        self.addCleanup(self._kill_pids)
+
+    def _kill_pids(self):
+        for pid in self.pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+    def env(self, **extra):
+        env = dict(os.environ)
+        env.pop("LOCKBROKER_SECRET", None)
+        env["LOCKBROKER_ADDR"] = "127.0.0.1:%d" % self.broker.port
+        env.update(extra)
+        return env
+
+    def path(self, name):
+        return os.path.join(self.tmpdir, name)
+
+    def slurp(self, name):
+        with open(self.path(name)) as f:
+            return f.read()
+
+    def start(self, *args, env=None, **kw):
+        """Start lockctl in the background; killed at cleanup if still up."""
+        p = subprocess.Popen([LOCKCTL] + list(args), env=env or self.env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, **kw)
+        self.addCleanup(self._reap, p)
+        return p
+
+    @staticmethod
+    def _reap(p):
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+    def ctl(self, *args, env=None, timeout=10, **kw):
+        """Run lockctl to the end: (exit code, stdout, stderr)."""
+        p = self.start(*args, env=env, **kw)
+        out, err = p.communicate(timeout=timeout * SLOW)
+        return p.returncode, out, err
+
+    def read_pid(self, name):
+        wait_for(lambda: os.path.exists(self.path(name)) and
+                 self.slurp(name).endswith("\n"))
+        pid = int(self.slurp(name))
+        self.pids.append(pid)
+        return pid
+
+    def status(self, name):
+        return self.client().cmd("STATUS " + name)
+
+    def start_group(self, name, *opts, script="", grandchild="sleep 60"):
+        """`lockctl run` of a shell that starts a grandchild `sleep 60` in
+        its own process group and waits; returns (lockctl, sh pid, sleep
+        pid) once both are up."""
+        cmd = (script + 'echo $$ > "$D/child"; %s & '
+               'echo $! > "$D/grandchild"; wait' % grandchild)
+        p = self.start("run", *opts, name, "--", "sh", "-c", cmd,
+                       env=self.env(D=self.tmpdir))
+        return p, self.read_pid("child"), self.read_pid("grandchild")
+
+    def assert_group_gone(self, child, grandchild):
+        self.assertTrue(gone(child), "COMMAND still running")
+        self.assertTrue(gone(grandchild), "COMMAND's grandchild still running")
+
+
+class Run(LockctlTest):
+    def test_two_runs_never_overlap(self):
+        script = ('s=$(date +%s.%N); sleep 0.5; e=$(date +%s.%N); '
+                  'echo "$s $e" > "$D/$1"')
+        t0 = time.time()
+        runs = [self.start("run", "excl", "--", "sh", "-c", script, "sh", tag,
+                           env=self.env(D=self.tmpdir))
+                for tag in ("a", "b")]
+        for p in runs:
+            out, err = p.communicate(timeout=10 * SLOW)
+            self.assertEqual(p.returncode, 0, err)
+        spans = sorted(tuple(map(float, self.slurp(t).split()))
+                       for t in ("a", "b"))
+        (s1, e1), (s2, e2) = spans
+        self.assertGreaterEqual(e1 - s1, 0.5)
+        self.assertLessEqual(e1, s2, "the two COMMANDs overlapped: %r" % spans)
+        # The second waited for the first: it could not start before
+        # the first had held the lock for its whole sleep.
+        self.assertGreaterEqual(s2 - t0, 0.5)
+        self.assertEqual(self.status("excl"), "OK FREE")
+
+    def test_lock_reaches_command_environment(self):
+        script = ('echo "$LOCK_NAME $LOCK_FENCE $LOCK_TOKEN" > "$D/env.tmp"; '
+                  'mv "$D/env.tmp" "$D/env"; '
+                  'while [ ! -e "$D/go" ]; do sleep 0.02; done')
+        self.redis("SET", "lockbroker:{envlock}:fence", "41")
+        p = self.start("run", "envlock", "--", "sh", "-c", script,
+                       env=self.env(D=self.tmpdir))
+        wait_for(lambda: os.path.exists(self.path("env")))
+        name, fence, token = self.slurp("env").split()
+        self.assertEqual(name, "envlock")
+        self.assertEqual(fence, "42")
+        self.assertRegex(token, r"^[0-9a-f]{32}$")
+        # While COMMAND runs the lock is held in Redis under that token.
+        self.assertEqual(self.redis("GET", "lockbroker:{envlock}"), token)
+        self.assertRegex(self.status("envlock"), r"^OK HELD \d+ 42$")
+        open(self.path("go"), "w").close()
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual(p.returncode, 0, err)
+        # Released at once, not left to its 10 s lease.
+        self.assertEqual(self.status("envlock"), "OK FREE")
+
+    def test_try_on_held_lock_exits_65_quickly(self):
+        holder = self.client()
+        self.assertRegex(holder.cmd("ACQUIRE busy"), r"^OK ")
+        marker = self.path("ran")
+        t0 = time.monotonic()
+        rc, _, err = self.ctl("run", "--try", "busy", "--", "touch", marker)
+        self.assertEqual(rc, EXIT_TIMEOUT, err)
+        self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
+        self.assertFalse(os.path.exists(marker), "COMMAND ran without lock")
+        t0 = time.monotonic()
+        rc, _, _ = self.ctl("run", "--wait", "300", "busy", "--", "touch",
+                            marker)
+        self.assertEqual(rc, EXIT_TIMEOUT)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertFalse(os.path.exists(marker))
+        rc, out, _ = self.ctl("acquire", "busy", "--ttl", "1000", "--try")
+        self.assertEqual((rc, out), (EXIT_TIMEOUT, ""))
+
+    def test_exit_code_is_commands(self):
+        self.assertEqual(self.ctl("run", "ec", "--", "sh", "-c", "exit 7")[0],
+                         7)
+        self.assertEqual(self.ctl("run", "ec", "--", "true")[0], 0)
+        # Killed by a signal: 128 + N, as a shell reports it.
+        rc, _, _ = self.ctl("run", "ec", "--", "sh", "-c", "kill -USR1 $$")
+        self.assertEqual(rc, 128 + signal.SIGUSR1)
+        rc, _, err = self.ctl("run", "ec", "--", "/nonexistent/command")
+        self.assertEqual(rc, 127)
+        self.assertIn("/nonexistent/command", err)
+        noexec = self.path("noexec")
+        open(noexec, "w").close()
+        self.assertEqual(self.ctl("run", "ec", "--", noexec)[0], 126)
+        # Without "--" the word after NAME starts COMMAND; its options
+        # are its own.
+        rc, out, _ = self.ctl("run", "ec", "echo", "--ttl", "x")
+        self.assertEqual((rc, out), (0, "--ttl x\n"))
+        self.assertEqual(self.status("ec"), "OK FREE")
+
+    def test_signals_are_forwarded_to_the_group(self):
+        script = 'trap "echo term > \\"$D/trapped\\"; exit 3" TERM; '
+        p, child, grandchild = self.start_group("fw", script=script)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertEqual(self.slurp("trapped"), "term\n")
+        wait_for(lambda: gone(grandchild), timeout=2 * SLOW)
+        self.assert_group_gone(child, grandchild)
+        self.assertEqual(self.status("fw"), "OK FREE")
+
+    def test_broker_killed_stops_the_group(self):
+        p, child, grandchild = self.start_group("bk")
+        t0 = time.monotonic()
+        self.broker.proc.kill()
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual(p.returncode, EXIT_LOST, err)
+        self.assertLess(time.monotonic() - t0, 2 * SLOW)
+        self.assertIn("connection to the broker was closed", err)
+        self.assert_group_gone(child, grandchild)
+        self.assertEqual(self.broker.stop(), -signal.SIGKILL)
+
+    def test_command_gets_the_terminal(self):
+        """COMMAND in its own group can still read the terminal lockctl
+        was started from (it is handed the foreground), and ^C reaches it."""
+        master, slave = os.openpty()
+        self.addCleanup(os.close, master)
+
+        def controlling_tty():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        def run(*cmd):
+            p = subprocess.Popen(
+                [LOCKCTL, "run", "tty", "--"] + list(cmd),
+                stdin=slave, stdout=slave, stderr=slave,
+                env=self.env(D=self.tmpdir), start_new_session=True,
+                preexec_fn=controlling_tty)
+            self.addCleanup(self._reap, p)
+            return p
+
+        p = run("sh", "-c", 'read x; echo "got $x" > "$D/tty"')
+        os.write(master, b"hello\n")
+        self.assertEqual(p.wait(timeout=10 * SLOW), 0)
+        self.assertEqual(self.slurp("tty"), "got hello\n")
+        p = run("sh", "-c", 'echo $$ > "$D/child"; exec sleep 60')
+        self.read_pid("child")
+        os.write(master, b"\x03")
+        self.assertEqual(p.wait(timeout=10 * SLOW), 128 + signal.SIGINT)
+        os.close(slave)
+        self.assertEqual(self.status("tty"), "OK FREE")
+
+
+class Lease(LockctlTest):
+    """Short leases: renewals every 100 ms, so a loss is seen quickly
+    (scaled when the broker runs under valgrind)."""
+
+    lease = 300 * SLOW
+    conf = {"locks": {"lease_ms": lease}}
+
+    def test_deleted_key_kills_the_group(self):
+        p, child, grandchild = self.start_group("dk")
+        time.sleep(0.5)  # a few renewals: the lock is held and renewed
+        self.assertIsNone(p.poll())
+        t0 = time.monotonic()
+        self.assertEqual(self.redis("DEL", "lockbroker:{dk}"), 1)
+        out, err = p.communicate(timeout=10 * SLOW)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(p.returncode, EXIT_LOST, err)
+        self.assertIn("EVENT LOST dk", err)
+        self.assert_group_gone(child, grandchild)
+        # Within a renewal interval (lease / 3) and a second.
+        self.assertLess(elapsed, self.lease / 3000 + 1.0 * SLOW)
+
+    def test_broker_that_stops_answering_is_a_loss(self):
+        p, child, grandchild = self.start_group("hung")
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        self.broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            out, err = p.communicate(timeout=10 * SLOW)
+        finally:
+            self.broker.proc.send_signal(signal.SIGCONT)
+        self.assertEqual(p.returncode, EXIT_LOST, err)
+        self.assertIn("did not answer PING in %d ms" % (self.lease // 2),
+                      err)
+        self.assert_group_gone(child, grandchild)
+        # PING every 75 ms, 150 ms to answer, then up to 1 s for QUIT.
+        self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
+
+    def test_sigkill_after_grace(self):
+        # The whole group ignores SIGTERM (an ignored signal is inherited),
+        # then only the grandchild: COMMAND exits at once, and lockctl
+        # must still see to the rest of its group.
+        for script, grandchild in (('trap "" TERM; ', "sleep 60"),
+                                   ("", "sh -c 'trap \"\" TERM; "
+                                        "exec sleep 60'")):
+            p, child, grandchild = self.start_group(
+                "gr", "--ttl", str(400 * SLOW), script=script,
+                grandchild=grandchild)
+            t0 = time.monotonic()
+            out, err = p.communicate(timeout=10 * SLOW)
+            elapsed = time.monotonic() - t0
+            self.assertEqual(p.returncode, EXIT_LOST, err)
+            self.assertIn("expired", err)
+            self.assertIn("SIGKILL", err)
+            self.assert_group_gone(child, grandchild)
+            # A 400 ms lease, then the 1000 ms grace before SIGKILL.
+            self.assertGreaterEqual(elapsed, 0.9)
+            self.assertLess(elapsed, 3.0 * SLOW)
+            os.unlink(self.path("child"))
+            os.unlink(self.path("grandchild"))
+
+    def start_group(self, name, *opts, **kw):
+        return super().start_group(name, "--grace", "1000", *opts, **kw)
+
+
+class Subcommands(LockctlTest):
+    def test_acquire_status_release(self):
+        rc, out, err = self.ctl("acquire", "k", "--ttl", "5000")
+        self.assertEqual(rc, 0, err)
+        m = GRANT.match(out.strip())
+        self.assertIsNotNone(m, out)
+        fence, ttl, token = int(m.group(1)), int(m.group(2)), m.group(3)
+        self.assertEqual(ttl, 5000)
+        # A kept lock: it outlives the lockctl that took it.
+        self.assertEqual(self.redis("GET", "lockbroker:{k}"), token)
+        rc, out, _ = self.ctl("status", "k")
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^HELD \d+ %d\n$" % fence)
+        self.assertEqual(self.ctl("acquire", "k", "--ttl", "5000",
+                                  "--try")[0], EXIT_TIMEOUT)
+        self.assertEqual(self.ctl("release", "k", "--token", token)[0], 0)
+        self.assertEqual(self.ctl("status", "k")[1], "FREE\n")
+        rc, _, err = self.ctl("release", "k", "--token", token)
+        self.assertEqual(rc, EXIT_NOTHELD)
+        self.assertIn("NOTHELD", err)
+        # Our own token, and --keep said out loud.
+        rc, out, _ = self.ctl("acquire", "k", "--ttl=2000", "--keep",
+                              "--token", "job-7", "--wait", "1000")
+        self.assertEqual(rc, 0)
+        self.assertEqual(out, "%d 2000 job-7\n" % (fence + 1))
+        self.assertEqual(self.ctl("release", "k", "--token", "job-7")[0], 0)
+
+    def test_info_and_ping(self):
+        rc, out, _ = self.ctl("info")
+        self.assertEqual(rc, 0)
+        stats = dict(line.split(" ", 1) for line in out.splitlines())
+        self.assertEqual(stats["redis_up"], "1")
+        self.assertIn("version", stats)
+        self.assertEqual(self.ctl("ping")[:2], (0, "PONG\n"))
+
+    def test_usage_errors_send_nothing(self):
+        dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        for args in (["acquire", "x"], ["acquire", "x", "--ttl", "0"],
+                     ["acquire", "x", "--ttl", "-5"],
+                     ["run", "x", "--wait", "1", "--try", "--", "true"],
+                     ["run", "x"], ["run", "x", "--"], ["release", "x"],
+                     ["status"], ["status", "a b"], ["frobnicate"],
+                     ["acquire", "x", "--ttl", "9", "--token", "bad/token"],
+                     ["info", "extra"], ["ping", "--try"], []):
+            rc, out, err = self.ctl(*args, env=dead)
+            self.assertEqual(rc, EXIT_USAGE, (args, err))
+        rc, _, err = self.ctl("acquire", "x", env=dead)
+        self.assertIn("lockctl run", err)
+
+    def test_unavailable(self):
+        dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        self.assertEqual(self.ctl("ping", env=dead)[0], EXIT_UNAVAILABLE)
+        self.assertEqual(self.ctl("run", "x", "--", "true", env=dead)[0],
+                         EXIT_UNAVAILABLE)
+        self.redis.kill()
+        wait_for(lambda: self.broker.info().get("redis_up") == "0")
+        rc, _, err = self.ctl("status", "x")
+        self.assertEqual(rc, EXIT_UNAVAILABLE)
+        self.assertIn("ERR UNAVAILABLE", err)
+        self.assertEqual(self.ctl("run", "--try", "x", "--", "true")[0],
+                         EXIT_UNAVAILABLE)
+        self.redis.start()
+
+    def test_addresses(self):
+        env = self.env()
+        del env["LOCKBROKER_ADDR"]
+        addr = "127.0.0.1:%d" % self.broker.port
+        self.assertEqual(self.ctl("-s", addr, "ping", env=env)[0], 0)
+        self.assertEqual(self.ctl("-s", "localhost:%d" % self.broker.port,
+                                  "ping", env=env)[0], 0)
+        path = self.path("lb.sock")
+        self.start_broker({"listen": {"unix": path}}, name="unix")
+        self.assertEqual(self.ctl("-u", path, "ping", env=env)[:2],
+                         (0, "PONG\n"))
+        self.assertEqual(self.ctl("ping", env=self.env(LOCKBROKER_ADDR=path))
+                         [0], 0)
+        rc, _, _ = self.ctl("-u", path, "run", "ux", "--", "true", env=env)
+        self.assertEqual(rc, 0)
+        self.assertEqual(self.ctl("-u", "lb.sock", "ping", env=env,
+                                  cwd=self.tmpdir)[0], 0)
+        for bad in ("/tmp/x.sock", "host:0", "host:99999", "[::1", ""):
+            self.assertEqual(self.ctl("-s", bad, "ping", env=env)[0],
+                             EXIT_USAGE, bad)
+
+
+class Auth(LockctlTest):
+    conf = {"auth": {"secret": "s3cret-w0rd"}}
+
+    def test_secret_from_file_or_environment(self):
+        rc, _, err = self.ctl("status", "a")
+        self.assertEqual(rc, EXIT_AUTH)
+        self.assertIn("NOAUTH", err)
+        secret = self.path("secret")
+        with open(secret, "w") as f:
+            f.write("s3cret-w0rd\nsecond line ignored\n")
+        self.assertEqual(self.ctl("-a", secret, "status", "a")[:2],
+                         (0, "FREE\n"))
+        self.assertEqual(self.ctl("-a", secret, "run", "a", "--", "true")[0],
+                         0)
+        env = self.env(LOCKBROKER_SECRET="s3cret-w0rd")
+        self.assertEqual(self.ctl("status", "a", env=env)[0], 0)
+        env = self.env(LOCKBROKER_SECRET="wrong")
+        self.assertEqual(self.ctl("status", "a", env=env)[0], EXIT_AUTH)
+        self.assertEqual(self.ctl("-a", self.path("none"), "ping")[0], 71)
+
+
+class Valgrind(LockctlTest):
+    def test_run_true_is_valgrind_clean(self):
+        vg = shutil.which("valgrind")
+        if vg is None:
+            self.skipTest("no valgrind")
+        with open(LOCKCTL, "rb") as f:
+            if b"__asan_init" in f.read():
+                self.skipTest("an ASan build (scripts/test sanitize)")
+        p = subprocess.run(
+            [vg, "--quiet", "--leak-check=full", "--error-exitcode=99",
+             "--errors-for-leak-kinds=all", LOCKCTL, "run", "vg", "--",
+             "true"], env=self.env(), capture_output=True, text=True,
+            timeout=60 * SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = subprocess.run(
+            [vg, "--quiet", "--leak-check=full", "--error-exitcode=99",
+             "--errors-for-leak-kinds=all", LOCKCTL, "run", "--try", "vg",
+             "--", "sh", "-c", "exit 3"], env=self.env(),
+            capture_output=True, text=True, timeout=60 * SLOW)
+        self.assertEqual(p.returncode, 3, p.stderr)
+
+
+if __name__ == "__main__":
+    main()

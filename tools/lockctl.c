@@ -1,0 +1,602 @@
+/*
+ * lockctl: take, release and inspect lockbroker locks from the shell, and run
+ * a command while holding one. The command line is parsed in full before
+ * anything is sent, so a usage error never touches the broker. Exit codes:
+ * lockctl.h and lockctl(1).
+ */
+#include <err.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lb_build.h"
+#include "lockctl.h"
+
+/*
+ * Without --wait an ACQUIRE waits a day at a time and is sent again after a
+ * TIMEOUT: "until granted" whatever the broker's locks.default_wait_ms.
+ */
+#define CTL_WAIT_CHUNK_MS 86400000
+#define CTL_DEFAULT_ADDR "127.0.0.1:7878"
+#define CTL_DEFAULT_GRACE_MS 5000
+/* Room for an AUTH line under the broker's 128-byte limit before AUTH. */
+#define CTL_SECRET_MAX 122
+
+/* The options a subcommand may take, as bits. */
+enum {
+	OPT_TTL = 1 << 0,
+	OPT_WAIT = 1 << 1,
+	OPT_TRY = 1 << 2,
+	OPT_KEEP = 1 << 3,
+	OPT_TOKEN = 1 << 4,
+	OPT_GRACE = 1 << 5,
+};
+
+/* Everything any subcommand parsed from its arguments. */
+struct ctl_args {
+	unsigned seen; /* OPT_* given */
+	struct run_opts run;
+};
+
+struct ctl_cmd {
+	const char *name;
+	bool lock_name; /* takes NAME */
+	bool command;	/* takes COMMAND [ARGS...] after NAME */
+	unsigned opts;	/* allowed */
+	unsigned need;	/* required */
+	int (*fn)(struct conn *, struct ctl_args *);
+};
+
+static int ctl_cmd_acquire(struct conn *, struct ctl_args *);
+static int ctl_cmd_release(struct conn *, struct ctl_args *);
+static int ctl_cmd_status(struct conn *, struct ctl_args *);
+static int ctl_cmd_info(struct conn *, struct ctl_args *);
+static int ctl_cmd_ping(struct conn *, struct ctl_args *);
+static int ctl_cmd_run(struct conn *, struct ctl_args *);
+
+/* The one table of subcommands; ctl_parse checks arity and options. */
+static const struct ctl_cmd ctl_cmds[] = {
+	{ "acquire", true, false,
+	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_KEEP | OPT_TOKEN, OPT_TTL,
+	    ctl_cmd_acquire },
+	{ "release", true, false, OPT_TOKEN, OPT_TOKEN, ctl_cmd_release },
+	{ "status", true, false, 0, 0, ctl_cmd_status },
+	{ "info", false, false, 0, 0, ctl_cmd_info },
+	{ "ping", false, false, 0, 0, ctl_cmd_ping },
+	{ "run", true, true, OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE, 0,
+	    ctl_cmd_run },
+};
+
+static const struct ctl_opt {
+	const char *name;
+	unsigned bit;
+	bool value;
+} ctl_opts[] = {
+	{ "--ttl", OPT_TTL, true },
+	{ "--wait", OPT_WAIT, true },
+	{ "--try", OPT_TRY, false },
+	{ "--keep", OPT_KEEP, false },
+	{ "--token", OPT_TOKEN, true },
+	{ "--grace", OPT_GRACE, true },
+};
+
+static char ctl_secret[CTL_SECRET_MAX + 2];
+static bool ctl_have_secret;
+
+static void __attribute__((noreturn)) ctl_usage(int code)
+{
+	FILE *f = code == 0 ? stdout : stderr;
+
+	fprintf(f,
+	    "usage: lockctl [-s HOST:PORT | -u PATH] [-a SECRET_FILE] "
+	    "SUBCOMMAND ...\n"
+	    "  run [--wait MS | --try] [--ttl MS] [--grace MS] NAME -- "
+	    "COMMAND [ARG...]\n"
+	    "  acquire NAME --ttl MS [--wait MS | --try] [--keep] "
+	    "[--token T]\n"
+	    "  release NAME --token T\n"
+	    "  status NAME\n"
+	    "  info\n"
+	    "  ping\n"
+	    "Broker: -s/-u, else $LOCKBROKER_ADDR, else %s.\n"
+	    "Secret: -a FILE (its first line), else $LOCKBROKER_SECRET.\n"
+	    "Exit status:\n"
+	    "  0        done; run: COMMAND's, 128+N if signal N killed it\n"
+	    "  64       usage error\n"
+	    "  65       lock not obtained (TIMEOUT after --wait or --try)\n"
+	    "  66       run: lock lost while COMMAND ran; its group was "
+	    "stopped\n"
+	    "  67       release: the token does not hold the lock\n"
+	    "  69       broker or Redis unavailable\n"
+	    "  70       any other error from the broker\n"
+	    "  71       local error (secret file, fork, stdout)\n"
+	    "  77       AUTH refused, or needed and no secret given\n"
+	    "  126/127  run: COMMAND not executable / not found\n",
+	    CTL_DEFAULT_ADDR);
+	exit(code);
+}
+
+static void __attribute__((noreturn, format(printf, 1, 2)))
+ctl_usage_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vwarnx(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "Try 'lockctl -h' for help.\n");
+	exit(LC_EXIT_USAGE);
+}
+
+/* Milliseconds: a plain decimal, as the protocol takes them. */
+static uint64_t
+ctl_parse_ms(const char *opt, const char *s, uint64_t min)
+{
+	uint64_t v;
+
+	if (proto_parse_u64(s, INT64_MAX / 4, &v) != 0 || v < min)
+		ctl_usage_err("%s wants milliseconds, a plain decimal%s", opt,
+		    min > 0 ? " above 0" : "");
+	return v;
+}
+
+/* Store one option's value; "--opt VALUE" and "--opt=VALUE" both work. */
+static void
+ctl_set_opt(struct ctl_args *a, const struct ctl_opt *o, const char *v)
+{
+	struct acquire_req *r = &a->run.req;
+
+	if (a->seen & o->bit)
+		ctl_usage_err("%s given twice", o->name);
+	a->seen |= o->bit;
+	switch (o->bit) {
+	case OPT_TTL:
+		r->ttl_ms = ctl_parse_ms(o->name, v, 1);
+		break;
+	case OPT_WAIT:
+		r->wait_ms = (int64_t)ctl_parse_ms(o->name, v, 0);
+		break;
+	case OPT_TRY:
+		r->wait_ms = 0;
+		break;
+	case OPT_KEEP:
+		r->keep = true;
+		break;
+	case OPT_TOKEN:
+		if (!proto_valid_token(v))
+			ctl_usage_err("a token is 1-64 of A-Z a-z 0-9 _ . -");
+		r->token = v;
+		break;
+	case OPT_GRACE:
+		a->run.grace_ms = ctl_parse_ms(o->name, v, 0);
+		break;
+	}
+}
+
+/* Parse "--opt[=VALUE]" at argv[*i]; a value may be the next word. */
+static void
+ctl_parse_opt(const struct ctl_cmd *cmd, struct ctl_args *a, int argc,
+    char **argv, int *i)
+{
+	const char *arg = argv[*i], *eq = strchr(arg, '=');
+	size_t n = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+
+	for (size_t k = 0; k < sizeof(ctl_opts) / sizeof(ctl_opts[0]); k++) {
+		const struct ctl_opt *o = &ctl_opts[k];
+
+		if (strlen(o->name) != n || strncmp(o->name, arg, n) != 0)
+			continue;
+		if (!(cmd->opts & o->bit))
+			break;
+		if (!o->value && eq != NULL)
+			ctl_usage_err("%s takes no value", o->name);
+		if (o->value && eq == NULL && *i + 1 == argc)
+			ctl_usage_err("%s wants a value", o->name);
+		if (!o->value)
+			ctl_set_opt(a, o, NULL);
+		else
+			ctl_set_opt(a, o, eq != NULL ? eq + 1 : argv[++*i]);
+		return;
+	}
+	ctl_usage_err("%s: unknown option '%s'", cmd->name, arg);
+}
+
+/* Cross-option checks, once everything is parsed. */
+static void
+ctl_check(const struct ctl_cmd *cmd, struct ctl_args *a)
+{
+	if ((a->seen & OPT_WAIT) && (a->seen & OPT_TRY))
+		ctl_usage_err("--wait and --try exclude each other");
+	if ((cmd->need & OPT_TTL) && !(a->seen & OPT_TTL))
+		ctl_usage_err("acquire needs --ttl MS: without a TTL the lock "
+			      "would be a session lock, released when lockctl "
+			      "exits; use 'lockctl run NAME -- COMMAND' to "
+			      "hold a lock while a command runs");
+	if ((cmd->need & OPT_TOKEN) && !(a->seen & OPT_TOKEN))
+		ctl_usage_err("%s needs --token T", cmd->name);
+	if (cmd->lock_name && a->run.req.name == NULL)
+		ctl_usage_err("%s needs a lock NAME", cmd->name);
+	if (cmd->lock_name && !proto_valid_name(a->run.req.name))
+		ctl_usage_err("a lock name is 1-200 bytes of 0x21-0x7E or "
+			      "0x80-0xFF");
+	if (cmd->command && (a->run.argv == NULL || a->run.argv[0] == NULL))
+		ctl_usage_err("run needs a COMMAND after NAME (and --)");
+}
+
+/*
+ * A subcommand's arguments: options anywhere before COMMAND, NAME, then
+ * for run COMMAND after "--" or at the next word that is not an option.
+ */
+static void
+ctl_parse(const struct ctl_cmd *cmd, struct ctl_args *a, int argc, char **argv)
+{
+	a->run.req.wait_ms = -1;
+	a->run.grace_ms = CTL_DEFAULT_GRACE_MS;
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+
+		if (strcmp(arg, "--") == 0 && cmd->command) {
+			a->run.argv = argv + i + 1;
+			break;
+		} else if (arg[0] == '-' && arg[1] != '\0') {
+			ctl_parse_opt(cmd, a, argc, argv, &i);
+		} else if (cmd->lock_name && a->run.req.name == NULL) {
+			a->run.req.name = arg;
+		} else if (cmd->command) {
+			a->run.argv = argv + i;
+			break;
+		} else
+			ctl_usage_err(
+			    "%s: unexpected argument '%s'", cmd->name, arg);
+	}
+	ctl_check(cmd, a);
+}
+
+/*
+ * -u PATH (any path), -s HOST:PORT, else $LOCKBROKER_ADDR (a path if it
+ * starts with '/'), else the broker's default address.
+ */
+static void
+ctl_addr(const char *s_opt, const char *u_opt, struct conn_addr *addr)
+{
+	const char *s = s_opt;
+
+	memset(addr, 0, sizeof(*addr));
+	if (u_opt != NULL) {
+		if (*u_opt == '\0' || strlen(u_opt) >= sizeof(addr->path))
+			ctl_usage_err("-u: bad socket path");
+		strcpy(addr->path, u_opt);
+		return;
+	}
+	if (s != NULL && s[0] == '/')
+		ctl_usage_err("-s wants HOST:PORT; -u is for a socket path");
+	if (s == NULL && (s = getenv("LOCKBROKER_ADDR")) != NULL && *s == '\0')
+		s = NULL;
+	if (s == NULL)
+		s = CTL_DEFAULT_ADDR;
+	if (conn_parse_addr(s, addr) != 0)
+		ctl_usage_err("bad broker address '%s' (HOST:PORT, [V6]:PORT "
+			      "or /PATH)",
+		    s);
+}
+
+/* The first line of the file, or $LOCKBROKER_SECRET; "" when neither. */
+static void
+ctl_read_secret(const char *path)
+{
+	const char *env = getenv("LOCKBROKER_SECRET");
+	FILE *f;
+	size_t n;
+
+	if (path == NULL) {
+		if (env != NULL && strlen(env) > CTL_SECRET_MAX)
+			ctl_usage_err("$LOCKBROKER_SECRET is too long");
+		snprintf(ctl_secret, sizeof(ctl_secret), "%s", env ? env : "");
+	} else {
+		if ((f = fopen(path, "re")) == NULL)
+			err(LC_EXIT_OSERR, "%s", path);
+		setvbuf(
+		    f, NULL, _IONBF, 0); /* no copy left in a stdio buffer */
+		if (fgets(ctl_secret, sizeof(ctl_secret), f) == NULL)
+			ctl_secret[0] = '\0';
+		fclose(f);
+		n = strcspn(ctl_secret, "\r\n");
+		if (n > CTL_SECRET_MAX)
+			ctl_usage_err("%s: the secret is longer than %d bytes",
+			    path, CTL_SECRET_MAX);
+		ctl_secret[n] = '\0';
+		if (n == 0)
+			ctl_usage_err("%s: no secret on the first line", path);
+	}
+	ctl_have_secret = ctl_secret[0] != '\0';
+	for (const char *p = ctl_secret; *p != '\0'; p++)
+		if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+			ctl_usage_err("the secret must be one word");
+}
+
+/* AUTH first when there is a secret; the secret is wiped once sent. */
+static int
+ctl_auth(struct conn *c)
+{
+	char *line;
+	int rc;
+
+	if (!ctl_have_secret)
+		return 0;
+	rc = conn_send(c, "AUTH %s", ctl_secret);
+	explicit_bzero(ctl_secret, sizeof(ctl_secret));
+	if (rc != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	return strcmp(line, "OK") == 0 ? 0 : ctl_err_exit(line);
+}
+
+/* The exit code for a reply that is not the one hoped for. */
+int
+ctl_err_exit(const char *line)
+{
+	static const struct {
+		const char *prefix;
+		int code;
+	} map[] = {
+		{ "ERR UNAVAILABLE ", LC_EXIT_UNAVAILABLE },
+		{ "ERR SHUTDOWN ", LC_EXIT_UNAVAILABLE },
+		{ "ERR NOTHELD ", LC_EXIT_NOTHELD },
+		{ "ERR AUTH ", LC_EXIT_AUTH },
+		{ "ERR NOAUTH ", LC_EXIT_AUTH },
+	};
+
+	if (strncmp(line, "ERR ", 4) != 0) {
+		warnx("unexpected reply from the broker: %s", line);
+		return LC_EXIT_BROKER;
+	}
+	warnx("broker: %s", line);
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (strncmp(line, map[i].prefix, strlen(map[i].prefix)) == 0) {
+			if (map[i].code == LC_EXIT_AUTH && !ctl_have_secret)
+				warnx("give the secret with -a FILE or "
+				      "$LOCKBROKER_SECRET");
+			return map[i].code;
+		}
+	return LC_EXIT_BROKER;
+}
+
+/*
+ * The reply to the request just sent, skipping EVENT lines (which may come
+ * before any reply); 0, or the exit code when the broker did not answer.
+ */
+int
+ctl_reply(struct conn *c, int64_t timeout_ms, char **line)
+{
+	for (;;) {
+		switch (conn_readline(c, timeout_ms, line)) {
+		case CONN_OK:
+			if (strncmp(*line, "EVENT ", 6) != 0)
+				return 0;
+			warnx("broker: %s", *line);
+			continue;
+		case CONN_EOF:
+			warnx("the broker closed the connection");
+			break;
+		case CONN_TIMEOUT:
+			warnx("no reply from the broker in %" PRId64 " ms",
+			    timeout_ms);
+			break;
+		case CONN_ERROR:
+			break;
+		}
+		return LC_EXIT_UNAVAILABLE;
+	}
+}
+
+/* "OK <fence> <ttl_ms> <token>" into g; anything else is an error. */
+static int
+ctl_parse_grant(char *line, struct grant *g)
+{
+	char copy[CONN_LINE_MAX + 1], *argv[4];
+	size_t len = strlen(line);
+
+	memcpy(copy, line, len + 1);
+	if (proto_split(copy, len, argv, 4) != 4 ||
+	    strcmp(argv[0], "OK") != 0 ||
+	    proto_parse_u64(argv[1], UINT64_MAX, &g->fence) != 0 ||
+	    proto_parse_u64(argv[2], INT64_MAX, &g->ttl_ms) != 0 ||
+	    !proto_valid_token(argv[3]))
+		return ctl_err_exit(line);
+	strcpy(g->token, argv[3]);
+	return 0;
+}
+
+/* ACQUIRE until granted, TIMEOUT (65) or an error. */
+int
+ctl_acquire(struct conn *c, const struct acquire_req *r, struct grant *g)
+{
+	int64_t wait = r->wait_ms < 0 ? CTL_WAIT_CHUNK_MS : r->wait_ms;
+	char ttl[32] = "";
+	char *line;
+	int rc;
+
+	if (r->ttl_ms > 0)
+		snprintf(ttl, sizeof(ttl), " TTL %" PRIu64, r->ttl_ms);
+	for (;;) {
+		if (conn_send(c, "ACQUIRE %s%s WAIT %" PRId64 "%s%s%s", r->name,
+			ttl, wait, r->keep ? " KEEP" : "",
+			r->token ? " TOKEN " : "",
+			r->token ? r->token : "") != 0)
+			return LC_EXIT_UNAVAILABLE;
+		/* The broker answers TIMEOUT itself when the wait ends. */
+		if ((rc = ctl_reply(c, wait + LC_IO_TIMEOUT_MS, &line)) != 0)
+			return rc;
+		if (strcmp(line, "TIMEOUT") != 0)
+			return ctl_parse_grant(line, g);
+		if (r->wait_ms >= 0)
+			return LC_EXIT_TIMEOUT;
+	}
+}
+
+/*
+ * Only a kept lock outlives this command, so acquire always asks for KEEP
+ * (--keep only says so). If the grant cannot be printed (stdout full, or
+ * a closed pipe) its token would be lost with it, so the lock is released
+ * again.
+ */
+static int
+ctl_cmd_acquire(struct conn *c, struct ctl_args *a)
+{
+	struct grant g;
+	char *line;
+	int rc;
+
+	a->run.req.keep = true;
+	if ((rc = ctl_acquire(c, &a->run.req, &g)) != 0)
+		return rc;
+	signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us here */
+	printf("%" PRIu64 " %" PRIu64 " %s\n", g.fence, g.ttl_ms, g.token);
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return 0;
+	warn("stdout");
+	if (conn_send(c, "RELEASE %s TOKEN %s", a->run.req.name, g.token) == 0)
+		ctl_reply(c, LC_IO_TIMEOUT_MS, &line);
+	return LC_EXIT_OSERR;
+}
+
+static int
+ctl_cmd_release(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	int rc;
+
+	if (conn_send(c, "RELEASE %s TOKEN %s", a->run.req.name,
+		a->run.req.token) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	return strcmp(line, "OK") == 0 ? 0 : ctl_err_exit(line);
+}
+
+/* Prints "FREE" or "HELD <ttl_ms> <fence>"; both exit 0. */
+static int
+ctl_cmd_status(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	int rc;
+
+	if (conn_send(c, "STATUS %s", a->run.req.name) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	if (strcmp(line, "OK FREE") != 0 && strncmp(line, "OK HELD ", 8) != 0)
+		return ctl_err_exit(line);
+	printf("%s\n", line + 3);
+	return 0;
+}
+
+/* Prints "<key> <value>" per STAT line. */
+static int
+ctl_cmd_info(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	int rc;
+
+	(void)a;
+	if (conn_send(c, "INFO") != 0)
+		return LC_EXIT_UNAVAILABLE;
+	while ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
+		if (strcmp(line, "END") == 0)
+			return 0;
+		if (strncmp(line, "STAT ", 5) != 0)
+			return ctl_err_exit(line);
+		printf("%s\n", line + 5);
+	}
+	return rc;
+}
+
+static int
+ctl_cmd_ping(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	int rc;
+
+	(void)a;
+	if (conn_send(c, "PING") != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	if (strcmp(line, "PONG") != 0)
+		return ctl_err_exit(line);
+	printf("PONG\n");
+	return 0;
+}
+
+static int
+ctl_cmd_run(struct conn *c, struct ctl_args *a)
+{
+	return run_main(c, &a->run);
+}
+
+static const struct ctl_cmd *
+ctl_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); i++)
+		if (strcmp(ctl_cmds[i].name, name) == 0)
+			return &ctl_cmds[i];
+	ctl_usage_err("unknown subcommand '%s'", name);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *s_opt = NULL, *u_opt = NULL, *a_opt = NULL;
+	const struct ctl_cmd *cmd;
+	struct ctl_args args = { 0 };
+	struct conn_addr addr;
+	struct conn c;
+	int ch, rc;
+
+	while ((ch = getopt(argc, argv, "+:s:u:a:hV")) != -1) {
+		switch (ch) {
+		case 's':
+			s_opt = optarg;
+			break;
+		case 'u':
+			u_opt = optarg;
+			break;
+		case 'a':
+			a_opt = optarg;
+			break;
+		case 'h':
+			ctl_usage(0);
+		case 'V':
+			printf("lockctl %s\n", LB_VERSION);
+			return 0;
+		case ':':
+			ctl_usage_err("-%c wants a value", optopt);
+		default:
+			ctl_usage_err("unknown option -%c", optopt);
+		}
+	}
+	if (optind == argc)
+		ctl_usage_err("no subcommand");
+	if (s_opt != NULL && u_opt != NULL)
+		ctl_usage_err("-s and -u exclude each other");
+	cmd = ctl_find(argv[optind]);
+	ctl_parse(cmd, &args, argc - optind, argv + optind);
+	ctl_addr(s_opt, u_opt, &addr);
+	ctl_read_secret(a_opt);
+	if (conn_open(&c, &addr) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_auth(&c)) == 0)
+		rc = cmd->fn(&c, &args);
+	conn_quit(&c, LC_IO_TIMEOUT_MS);
+	if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+		warn("stdout");
+		return LC_EXIT_OSERR;
+	}
+	return rc;
+}
