@@ -185,11 +185,18 @@ class Broker:
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(WRAPPER + [LOCKBROKERD, "-c", self.conf],
                                      stdout=self.logf, stderr=self.logf)
-        wait_for(lambda: self.proc.poll() is None and self._pong(),
-                 timeout=10 * SLOW)
-        if wait_redis:
-            wait_for(lambda: self.info().get("redis_up") == "1",
+        try:
+            wait_for(lambda: self.proc.poll() is None and self._pong(),
                      timeout=10 * SLOW)
+            if wait_redis:
+                wait_for(lambda: self.info().get("redis_up") == "1",
+                         timeout=10 * SLOW)
+        except BaseException:
+            # Never leave a daemon behind when the test cannot use it.
+            self.proc.kill()
+            self.proc.wait()
+            self.logf.close()
+            raise
 
     def _pong(self):
         c = self.client()
