@@ -458,6 +458,11 @@ enum lock_lost {
 	LOST_REVOKED,
 };
 
+/* EVENT LOST counters are indexed by reason: keep both lists in step. */
+_Static_assert(
+    STAT_lost_revoked_total - STAT_lost_expired_total == LOST_REVOKED,
+    "lost_*_total in stats.h must follow enum lock_lost");
+
 /*
  * Whether a release on behalf of `except`'s owner would also take the lock
  * from someone else here: another hold under the same token (a retried
@@ -1313,12 +1318,6 @@ lock_owner_eof(struct lock_owner *o)
 	if (req->deadline_ev != NULL)
 		evtimer_del(req->deadline_ev);
 	return true;
-}
-
-unsigned
-lock_waiters(void)
-{
-	return lk.nwaiters;
 }
 
 void

@@ -90,8 +90,6 @@ void lock_shutdown(void);
  * ACQUIRE already waits (the owner should be treated as gone).
  */
 bool lock_owner_eof(struct lock_owner *o);
-/* Waiters in this broker, over all names. */
-unsigned lock_waiters(void);
 
 void lock_owner_init(
     struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops);

@@ -35,12 +35,6 @@ log_set_level(enum log_level level)
 	log_level = level;
 }
 
-enum log_level
-log_get_level(void)
-{
-	return log_level;
-}
-
 int
 log_level_parse(const char *name)
 {
@@ -48,12 +42,6 @@ log_level_parse(const char *name)
 		if (strcasecmp(name, log_names[i]) == 0)
 			return (int)i;
 	return -1;
-}
-
-const char *
-log_level_name(enum log_level level)
-{
-	return log_names[level];
 }
 
 void

@@ -14,10 +14,8 @@ enum log_level { LOG_LVL_ERROR, LOG_LVL_WARNING, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
 void log_init(enum log_level level, bool use_syslog);
 void log_set_level(enum log_level level);
-enum log_level log_get_level(void);
 /* "debug", "info", "warning", "error" -> level; -1 if unknown. */
 int log_level_parse(const char *name);
-const char *log_level_name(enum log_level level);
 
 void log_warn(const char *fmt, ...) LB_PRINTF(1, 2);
 void log_warnx(const char *fmt, ...) LB_PRINTF(1, 2);

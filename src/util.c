@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "util.h"
+#include "xmalloc.h"
 
 uint64_t
 mono_ms(void)
@@ -113,9 +114,7 @@ util_read_secret(const char *path)
 		return NULL;
 	}
 	/* The copy is the caller's to wipe (freezero_str); ours goes now. */
-	copy = strdup(buf);
+	copy = xstrdup(buf);
 	explicit_bzero(buf, sizeof buf);
-	if (copy == NULL)
-		abort();
 	return copy;
 }
