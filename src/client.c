@@ -1,7 +1,13 @@
 /*
  * client: a connection is read line by line. One request is in flight at a
  * time, so replies leave in the order requests came; while one is in flight
- * the rest of the input waits in the bufferevent (bounded by a watermark).
+ * the rest of the input waits in the input buffer (bounded by max_pending).
+ *
+ * The socket is driven with plain events rather than a bufferevent: a read
+ * is one read(2) into the buffer's free space, and replies are written once
+ * per loop turn straight from the output buffer, so a request costs one
+ * read and one write, and the write event is only armed when the kernel
+ * would not take everything.
  */
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -11,6 +17,7 @@
 #include <netinet/tcp.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +25,6 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "client.h"
@@ -34,11 +40,17 @@
 #define CLIENT_MAX_OUTPUT (4 * 1024 * 1024)
 /* Before AUTH a line is short: AUTH, PING, HELP and QUIT need no more. */
 #define CLIENT_PREAUTH_LINE 128
+/* One read(2) takes at most this much; the socket stays readable for more. */
+#define CLIENT_READ_SIZE 4096
 
 struct client {
 	TAILQ_ENTRY(client) entry;
 	struct session s;
-	struct bufferevent *bev;
+	evutil_socket_t fd;
+	struct evbuffer *in;
+	struct evbuffer *out;
+	struct event *read_ev;
+	struct event *write_ev;	  /* activated to flush; added while blocked */
 	struct event *process_ev; /* runs client_process from the loop */
 	char peer[INET6_ADDRSTRLEN + 8];
 	bool busy;		/* a request is in flight */
@@ -87,7 +99,7 @@ client_peer_name(char *buf, size_t len, const struct sockaddr *sa)
 static void
 client_close(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->in;
 
 	/* Its locks go now, not when a slow reader has drained its replies. */
 	if (!c->ended) {
@@ -95,9 +107,9 @@ client_close(struct client *c)
 		cmd_session_end(&c->s, !c->quit);
 	}
 	c->closing = true;
-	bufferevent_disable(c->bev, EV_READ);
+	event_del(c->read_ev);
 	evbuffer_drain(in, evbuffer_get_length(in));
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+	if (evbuffer_get_length(c->out) == 0)
 		event_active(c->process_ev, EV_TIMEOUT, 1);
 }
 
@@ -108,7 +120,7 @@ client_close(struct client *c)
 static ssize_t
 client_read_line(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->in;
 	size_t max = (size_t)cl.cf->limits.max_line;
 	struct evbuffer_ptr eol;
 
@@ -153,8 +165,7 @@ client_process(struct client *c)
 			client_close(c);
 			break;
 		}
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
-		    CLIENT_MAX_OUTPUT) {
+		if (evbuffer_get_length(c->out) > CLIENT_MAX_OUTPUT) {
 			client_drop(c, "not reading its replies");
 			break;
 		}
@@ -176,7 +187,7 @@ client_process(struct client *c)
 static void
 client_drop(struct client *c, const char *why)
 {
-	struct evbuffer *out = bufferevent_get_output(c->bev);
+	struct evbuffer *out = c->out;
 
 	log_info("client %" PRIu64 " [%s]: %s; closing", c->s.id, c->peer, why);
 	evbuffer_drain(out, evbuffer_get_length(out));
@@ -191,7 +202,7 @@ client_drop(struct client *c, const char *why)
 static bool
 client_too_many_pending(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->in;
 	size_t max = (size_t)cl.cf->limits.max_pending;
 	struct evbuffer_ptr p;
 	size_t lines = 0;
@@ -206,11 +217,10 @@ client_too_many_pending(struct client *c)
 	return lines > max;
 }
 
+/* New input: run what it completes, unless too much waits behind a wait. */
 static void
-client_read_cb(struct bufferevent *bev, void *arg)
+client_input(struct client *c)
 {
-	struct client *c = arg;
-
 	c->active_ms = mono_ms();
 	if (c->busy && client_too_many_pending(c)) {
 		cmd_error(&c->s, PERR_LIMIT,
@@ -224,31 +234,14 @@ client_read_cb(struct bufferevent *bev, void *arg)
 	client_process(c);
 }
 
-/* Output drained: a closing client can go now. */
-static void
-client_write_cb(struct bufferevent *bev, void *arg)
-{
-	struct client *c = arg;
-
-	if (c->closing)
-		client_free(c, !c->quit);
-}
-
 /*
  * End of input still gets the requests already read answered; an error
  * means nobody can read the answers, so the client goes at once.
  */
 static void
-client_event_cb(struct bufferevent *bev, short what, void *arg)
+client_eof(struct client *c)
 {
-	struct client *c = arg;
-
-	if (what & BEV_EVENT_ERROR) {
-		log_debug("client %" PRIu64 " [%s]: %s", c->s.id, c->peer,
-		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-		client_free(c, true);
-		return;
-	}
+	event_del(c->read_ev);
 	log_debug("client %" PRIu64 " [%s]: end of input", c->s.id, c->peer);
 	/* Leaving cancels a wait (DESIGN.md §3); quick requests still run. */
 	if (!lock_owner_eof(&c->s.owner)) {
@@ -260,6 +253,73 @@ client_event_cb(struct bufferevent *bev, short what, void *arg)
 		client_process(c);
 }
 
+/* A socket error: nobody can read the answers, so the client goes now. */
+static void
+client_error(struct client *c)
+{
+	log_debug("client %" PRIu64 " [%s]: %s", c->s.id, c->peer,
+	    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+	client_free(c, true);
+}
+
+/* One read(2) straight into the input buffer's free space. */
+static void
+client_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *c = arg;
+	struct evbuffer_iovec v;
+	ssize_t n;
+
+	if (evbuffer_reserve_space(c->in, CLIENT_READ_SIZE, &v, 1) != 1)
+		fatalx("client: cannot grow an input buffer");
+	n = read(fd, v.iov_base, CLIENT_READ_SIZE);
+	if (n > 0) {
+		v.iov_len = (size_t)n;
+		evbuffer_commit_space(c->in, &v, 1);
+		client_input(c);
+	} else if (n == 0)
+		client_eof(c);
+	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		client_error(c);
+}
+
+/*
+ * Replies were added (activated), or a blocked socket can take more
+ * (added): write what we have in one call. The event stays added only
+ * while the kernel would not take everything.
+ */
+static void
+client_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *c = arg;
+	size_t left;
+
+	if (evbuffer_get_length(c->out) > 0 && evbuffer_write(c->out, fd) < 0 &&
+	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		client_error(c);
+		return;
+	}
+	left = evbuffer_get_length(c->out);
+	if (left > 0 && !event_pending(c->write_ev, EV_WRITE, NULL))
+		event_add(c->write_ev, NULL);
+	else if (left == 0 && event_pending(c->write_ev, EV_WRITE, NULL))
+		event_del(c->write_ev);
+	if (left == 0 && c->closing)
+		client_free(c, !c->quit);
+}
+
+/* Anything appended to the output is written later in this loop turn,
+ * once, however many replies and events it holds by then. */
+static void
+client_out_cb(
+    struct evbuffer *out, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct client *c = arg;
+
+	if (info->n_added > 0)
+		event_active(c->write_ev, EV_WRITE, 1);
+}
+
 /* Deferred work: go on after an async reply, or free a closed client. */
 static void
 client_process_cb(evutil_socket_t fd, short what, void *arg)
@@ -268,8 +328,7 @@ client_process_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (!c->closing)
 		client_process(c);
-	if (c->closing &&
-	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+	if (c->closing && evbuffer_get_length(c->out) == 0)
 		client_free(c, !c->quit);
 }
 
@@ -363,17 +422,23 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	evutil_make_socket_nonblocking(fd);
 	c = xcalloc(1, sizeof *c);
-	c->bev = bufferevent_socket_new(cl.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->fd = fd;
+	c->in = evbuffer_new();
+	c->out = evbuffer_new();
+	c->read_ev =
+	    event_new(cl.base, fd, EV_READ | EV_PERSIST, client_read_cb, c);
+	c->write_ev =
+	    event_new(cl.base, fd, EV_WRITE | EV_PERSIST, client_write_cb, c);
 	c->process_ev = event_new(cl.base, -1, 0, client_process_cb, c);
 	c->timer_ev = evtimer_new(cl.base, client_timer_cb, c);
-	if (c->bev == NULL || c->process_ev == NULL || c->timer_ev == NULL)
-		fatalx("client: cannot make a bufferevent");
+	if (c->in == NULL || c->out == NULL || c->read_ev == NULL ||
+	    c->write_ev == NULL || c->process_ev == NULL ||
+	    c->timer_ev == NULL ||
+	    evbuffer_add_cb(c->out, client_out_cb, c) == NULL)
+		fatalx("client: out of memory");
 	client_peer_name(c->peer, sizeof c->peer, sa);
-	cmd_session_init(&c->s, ++cl.next_id, bufferevent_get_output(c->bev),
-	    client_resume, c);
-	bufferevent_setcb(
-	    c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	cmd_session_init(&c->s, ++cl.next_id, c->out, client_resume, c);
+	event_add(c->read_ev, NULL);
 	c->accepted_ms = c->active_ms = mono_ms();
 	client_timer_arm(c, c->accepted_ms);
 	TAILQ_INSERT_TAIL(&cl.all, c, entry);
@@ -392,7 +457,11 @@ client_free(struct client *c, bool vanished)
 	STAT_SET(clients, cl.count);
 	if (!c->ended)
 		cmd_session_end(&c->s, vanished);
-	bufferevent_free(c->bev);
+	event_free(c->read_ev);
+	event_free(c->write_ev);
+	evbuffer_free(c->in);
+	evbuffer_free(c->out);
+	evutil_closesocket(c->fd);
 	event_free(c->process_ev);
 	event_free(c->timer_ev);
 	free(c);

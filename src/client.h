@@ -1,7 +1,7 @@
 /*
- * client: one connection — its bufferevent, bounded line framing, replies in
- * request order (one request in flight at a time), and a late free so that
- * nothing in the middle of a callback ever sees it vanish.
+ * client: one connection — its socket and buffers, bounded line framing,
+ * replies in request order (one request in flight at a time), and a late
+ * free so that nothing in the middle of a callback ever sees it vanish.
  */
 #ifndef LB_CLIENT_H
 #define LB_CLIENT_H

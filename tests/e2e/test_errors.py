@@ -139,7 +139,7 @@ class Errors(BrokerTest):
         a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         self.assertRegex(a.cmd("ACQUIRE nr"), r"^OK ")
         try:
-            for _ in range(400):  # ~20 MB of HELP replies asked for
+            for _ in range(1500):  # ~30 MB of HELP replies asked for
                 a.sock.sendall(b"HELP\n" * 100)
         except OSError:
             pass
