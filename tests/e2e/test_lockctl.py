@@ -22,6 +22,15 @@ EXIT_UNAVAILABLE, EXIT_AUTH = 69, 77
 GRANT = re.compile(r"^(\d+) (\d+) (\S+)$")
 
 
+def comm(pid):
+    """The name pid runs as ("" once it is gone)."""
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def gone(pid):
     """True once pid has exited (a zombie counts as exited)."""
     try:
@@ -90,14 +99,18 @@ class LockctlTest(BrokerTest):
         return self.client().cmd("STATUS " + name)
 
     def start_group(self, name, *opts, script="", grandchild="sleep 60"):
-        """`lockctl run` of a shell that starts a grandchild `sleep 60` in
-        its own process group and waits; returns (lockctl, sh pid, sleep
-        pid) once both are up."""
+        """`lockctl run` of a shell that starts a grandchild (which ends up
+        as `sleep 60`) in its own process group and waits; returns
+        (lockctl, sh pid, sleep pid) once both are up."""
         cmd = (script + 'echo $$ > "$D/child"; %s & '
                'echo $! > "$D/grandchild"; wait' % grandchild)
         p = self.start("run", *opts, name, "--", "sh", "-c", cmd,
                        env=self.env(D=self.tmpdir))
-        return p, self.read_pid("child"), self.read_pid("grandchild")
+        child, gc = self.read_pid("child"), self.read_pid("grandchild")
+        # Until it has exec'd sleep, the grandchild is a copy of sh that
+        # still has sh's TERM trap: a signal then is caught, not obeyed.
+        wait_for(lambda: comm(gc) == "sleep", timeout=5 * SLOW)
+        return p, child, gc
 
     def assert_group_gone(self, child, grandchild):
         self.assertTrue(gone(child), "COMMAND still running")
