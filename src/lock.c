@@ -42,6 +42,7 @@ struct lock_req {
 	struct lock_owner *owner; /* NULL once nobody waits for the answer */
 	struct lock_name *ln;	  /* referenced */
 	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
+	struct lock_req *next;	  /* OP_RELEASE: the waiter handed it */
 	char token[PROTO_TOKEN_MAX + 1];
 	bool own_token; /* the broker made it: nobody else knows it */
 	unsigned tries; /* attempts sent, for an ACQUIRE */
@@ -867,6 +868,41 @@ lock_deadline_cb(evutil_socket_t fd, short what, void *arg)
 		lock_req_free(req);
 }
 
+/* How long a hold here under another token stays valid; 0 if none. */
+static uint64_t
+lock_local_hold_left(struct lock_name *ln, const char *token)
+{
+	struct lock_hold *h;
+	uint64_t now = mono_ms(), left = 0;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	{
+		if (strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
+		    h->valid_until_ms - now > left)
+			left = h->valid_until_ms - now;
+	}
+	return left;
+}
+
+/*
+ * A new head asks Redis at once, unless a client of ours holds the name:
+ * then Redis would only refuse, and the hold's release hands the lock over
+ * (one round trip) or its loss kicks the queue. A try still comes after
+ * retry_max_ms, in case the hold was released through another broker.
+ */
+static void
+lock_first_try(struct lock_name *ln, struct lock_req *req)
+{
+	uint64_t left = 0, max = (uint64_t)lk.cf->locks.retry_max_ms;
+
+	if (req->wait_ms != 0)
+		left = lock_local_hold_left(ln, req->token);
+	if (left == 0)
+		lock_attempt(ln);
+	else
+		lock_timer(ln->retry_ev, left < max ? left + 1 : max);
+}
+
 static void
 lock_enqueue(struct lock_req *req)
 {
@@ -885,7 +921,7 @@ lock_enqueue(struct lock_req *req)
 	if (TAILQ_FIRST(&ln->waiters) == req && !ln->attempting) {
 		ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
 		evtimer_del(ln->retry_ev);
-		lock_attempt(ln);
+		lock_first_try(ln, req);
 	}
 }
 
@@ -1106,18 +1142,19 @@ lock_notheld(struct lock_req *req)
 	    req, PERR_NOTHELD, "the lock is not held by this token");
 }
 
+/* handed: the lock went to the local head, so nobody else need try. */
 static void
-lock_release_cb(const struct lockdb_reply *r, void *arg)
+lock_release_done(
+    struct lock_req *req, const struct lockdb_reply *r, bool handed)
 {
-	struct lock_req *req = arg;
-
 	/* Not ours either way; or ours until Redis hears of it (below). */
 	lock_drop_token(req->ln, req->token, req->owner,
 	    r->status == LDB_NO ? LOST_STOLEN : LOST_REVOKED);
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		lock_answer_status(req, LOCK_OK);
-		lock_kick(req->ln); /* hand over to the local head at once */
+		if (!handed)
+			lock_kick(req->ln); /* the head tries at once */
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
 	else {
@@ -1126,6 +1163,47 @@ lock_release_cb(const struct lockdb_reply *r, void *arg)
 		lock_answer_db_error(req, r->status);
 	}
 	lock_req_free(req);
+}
+
+static void
+lock_release_cb(const struct lockdb_reply *r, void *arg)
+{
+	lock_release_done(arg, r, false);
+}
+
+/*
+ * A release with a local head waiter that has no try of its own in Redis
+ * grants to it in the same script (lockdb_handover): one round trip, and
+ * the lock is never free for anyone to slip in between. The head's side
+ * of the answer is an attempt's answer.
+ */
+static struct lock_req *
+lock_handover_claim(struct lock_name *ln)
+{
+	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
+
+	if (next == NULL || ln->attempting || lk.stopping)
+		return NULL;
+	evtimer_del(ln->retry_ev);
+	ln->attempting = true;
+	ln->kicked = false;
+	next->in_flight = true;
+	next->tries++;
+	next->start_ms = mono_ms();
+	return next;
+}
+
+static void
+lock_handover_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg, *next = req->next;
+	/* Not granted: the head tries again on its own (pttl 0). */
+	struct lockdb_reply head = { r->status, r->fence, 0 };
+
+	/* The old hold goes first: the new one may carry the same token. */
+	req->next = NULL;
+	lock_release_done(req, r, r->status == LDB_OK);
+	lock_attempt_cb(&head, next);
 }
 
 int
@@ -1139,7 +1217,11 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	req = lock_req_new(OP_RELEASE, o, name, token);
 	req->in_flight = true;
 	req->lease_end_ms = lock_lease_end(req->ln, req->token);
-	lockdb_release(name, req->token, lock_release_cb, req);
+	if ((req->next = lock_handover_claim(req->ln)) != NULL)
+		lockdb_handover(name, req->token, req->next->token,
+		    req->next->ttl_ms, lock_handover_cb, req);
+	else
+		lockdb_release(name, req->token, lock_release_cb, req);
 	return 0;
 }
 

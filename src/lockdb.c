@@ -43,6 +43,20 @@ static struct redisc_script lockdb_release_lua = { "release",
 	"return 0\n",
 	"" };
 
+/*
+ * Release straight to the next waiter: compare, then set the new holder
+ * and its fence, so the lock is never free in between and the handover is
+ * one round trip. Nothing is published: the lock is not free.
+ * KEYS: lock, fence. ARGV: token, next token, ttl. Returns {1, fence} or {0}.
+ */
+static struct redisc_script lockdb_handover_lua = { "handover",
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"end\n"
+	"return {0}\n",
+	"" };
+
 /* Compare-and-PEXPIRE. KEYS: lock. ARGV: token, ttl. Returns 1 or 0. */
 static struct redisc_script lockdb_extend_lua = { "extend",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
@@ -58,7 +72,14 @@ static struct redisc_script lockdb_status_lua = { "status",
 	"return {1, t, tonumber(redis.call('GET', KEYS[2]) or '0')}\n",
 	"" };
 
-enum lockdb_op { LDB_ACQUIRE, LDB_RELEASE, LDB_EXTEND, LDB_STATUS, LDB_WAIT };
+enum lockdb_op {
+	LDB_ACQUIRE,
+	LDB_RELEASE,
+	LDB_HANDOVER,
+	LDB_EXTEND,
+	LDB_STATUS,
+	LDB_WAIT
+};
 
 struct lockdb_req {
 	enum lockdb_op op;
@@ -124,6 +145,12 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 			    UINT64_MAX; /* no expiry: none to wait for */
 		else
 			out->pttl = v[1] > 0 ? (uint64_t)v[1] : 0;
+		return true;
+	case LDB_HANDOVER:
+		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 2))
+			return false;
+		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
+		out->fence = v[0] == 1 ? (uint64_t)v[1] : 0;
 		return true;
 	case LDB_RELEASE:
 	case LDB_EXTEND:
@@ -232,6 +259,18 @@ lockdb_release(const char *name, const char *token, lockdb_cb *cb, void *arg)
 }
 
 void
+lockdb_handover(const char *name, const char *token, const char *next,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg)
+{
+	char ttl[24];
+	const char *args[3] = { token, next, ttl };
+
+	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
+	lockdb_send(
+	    LDB_HANDOVER, &lockdb_handover_lua, name, 2, 3, args, cb, arg);
+}
+
+void
 lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
     lockdb_cb *cb, void *arg)
 {
@@ -271,6 +310,7 @@ lockdb_init(const char *prefix)
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);
 	redisc_script_add(&lockdb_acquire_lua);
 	redisc_script_add(&lockdb_release_lua);
+	redisc_script_add(&lockdb_handover_lua);
 	redisc_script_add(&lockdb_extend_lua);
 	redisc_script_add(&lockdb_status_lua);
 }

@@ -17,7 +17,7 @@ enum lockdb_status {
 
 struct lockdb_reply {
 	enum lockdb_status status;
-	uint64_t fence; /* ACQUIRE granted; STATUS held */
+	uint64_t fence; /* ACQUIRE, HANDOVER granted; STATUS held */
 	uint64_t pttl;	/* ACQUIRE refused: the holder's ms left; STATUS held */
 };
 
@@ -33,6 +33,10 @@ void lockdb_acquire(const char *name, const char *token, uint64_t ttl_ms,
 /* Compare-and-delete, announcing the release. */
 void lockdb_release(
     const char *name, const char *token, lockdb_cb *cb, void *arg);
+/* Compare, then hand the lock to next with its own fence (reply's fence);
+ * never free in between. */
+void lockdb_handover(const char *name, const char *token, const char *next,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg);
 /* Compare-and-PEXPIRE. */
 void lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
     lockdb_cb *cb, void *arg);

@@ -22,7 +22,7 @@
 #include "util.h"
 #include "xmalloc.h"
 
-#define REDISC_MAX_SCRIPTS 8
+#define REDISC_MAX_SCRIPTS 16
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
 
 struct redisc_req {

@@ -1,7 +1,9 @@
 """Waiting without polling: FIFO queues, handoff across brokers, deadlines."""
 
 import os
+import re
 import signal
+import select
 import threading
 import time
 
@@ -14,6 +16,15 @@ def waiters(broker):
 
 class Waiting(BrokerTest):
     conf = {"locks": {"retry_min_ms": 400, "retry_max_ms": 1000}}
+
+    def evalsha_calls(self):
+        r = self.redis.connect()
+        try:
+            stats = r("INFO", "commandstats")
+        finally:
+            r.close()
+        m = re.search(r"cmdstat_evalsha:calls=(\d+)", stats)
+        return int(m.group(1)) if m else 0
 
     def test_fifo_ten_clients_no_overlap(self):
         holder = self.client()
@@ -99,6 +110,27 @@ class Waiting(BrokerTest):
         self.assertEqual(a.cmd("RELEASE h"), "OK")
         self.assertRegex(b.line(), r"^OK ")
         self.assertLess(time.monotonic() - start, 0.020)
+
+    def test_local_release_hands_over_without_freeing(self):
+        sub = self.redis.connect()
+        self.addCleanup(sub.close)
+        self.assertEqual(sub("SUBSCRIBE", "lockbroker:released")[0],
+                         "subscribe")
+        a, b = self.client(), self.client()
+        fence = int(a.cmd("ACQUIRE ho").split()[1])
+        calls = self.evalsha_calls()
+        b.send("ACQUIRE ho")
+        wait_for(lambda: waiters(self.broker) == 1)
+        time.sleep(0.1)
+        # Held here: the waiter leaves Redis alone until the release.
+        self.assertEqual(self.evalsha_calls(), calls)
+        self.assertEqual(a.cmd("RELEASE ho"), "OK")
+        self.assertEqual(int(b.line().split()[1]), fence + 1)
+        # One script did it (release and grant): never free, nothing said.
+        self.assertEqual(self.evalsha_calls(), calls + 1)
+        self.assertEqual(select.select([sub.sock], [], [], 0.2)[0], [])
+        self.assertEqual(b.cmd("RELEASE ho"), "OK")
+        self.assertEqual(sub._read(), ["message", "lockbroker:released", "ho"])
 
     def test_two_brokers_handoff_over_pubsub(self):
         other = self.start_broker(self.conf, name="other")
