@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""The standard comparison: lockbrokerd against the direct-Redis client
+(SET NX PX, Lua release, polling), same connections, same run, one machine.
+
+Starts its own redis-server and lockbrokerd on free loopback ports (a fresh
+broker for every broker run, so its memory peak is that run's), runs
+bench/lockbench for each scenario against both, and prints a table of the
+figures with the ratios and the targets of issue 7. With --write it puts
+the table into docs/performance.md between its markers.
+
+    bench/compare.py [-d SECONDS] [--write] [--only SCENARIO ...]
+    bench/compare.py --smoke        CI: a 2-second uncontended run, JSON out
+
+Needs a build: meson compile -C build (lockbench and lockbrokerd)."""
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+DOC = os.path.join(ROOT, "docs", "performance.md")
+BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+
+BROKER_CONF = {"log": {"level": "warning"},
+               "limits": {"max_clients": 100000, "max_waiters": 100000}}
+
+
+def raise_nofile():
+    """As many descriptors as the hard limit allows; returns that."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+class Bench:
+    def __init__(self, build, tmp):
+        self.build = build
+        self.tmp = tmp
+        self.lockbench = os.path.join(build, "bench", "lockbench")
+        import lbtest
+        self.lbtest = lbtest
+        self.redis = lbtest.Redis(tmp, extra=["--maxclients", "100000"])
+
+    def run(self, target, scenario, args, duration):
+        """One lockbench run; returns its JSON line as a dict."""
+        broker = None
+        if target == "broker":
+            broker = self.lbtest.Broker(self.tmp, self.redis.port,
+                                        BROKER_CONF, name="bench")
+            addr, pid = "127.0.0.1:%d" % broker.port, broker.proc.pid
+        else:
+            addr, pid = "127.0.0.1:%d" % self.redis.port, self.redis.proc.pid
+        cmd = [self.lockbench, "--" + target, addr, "-s", scenario,
+               "-d", str(duration), "--pid", str(pid)] + args
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True,
+                                 timeout=duration + 120)
+        finally:
+            if broker is not None:
+                code = broker.stop()
+                if code != 0:
+                    sys.exit("compare: the broker exited %d" % code)
+        if out.returncode != 0:
+            sys.exit("compare: %s failed:\n%s" % (" ".join(cmd), out.stderr))
+        sys.stderr.write(out.stdout)
+        line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
+        res = json.loads(line)
+        res["command"] = "lockbench " + " ".join(cmd[1:2] + cmd[3:])
+        return res
+
+    def close(self):
+        self.redis.kill()
+
+
+def scale_size(nofile):
+    """Idle and waiting connections for scale: 10,000 each if the
+    descriptor limit lets both ends hold them, else as many as it does."""
+    n = min(10000, (nofile - 300) // 2 // 100 * 100)
+    return max(n, 100)
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        v = ("%.3f" % v) if abs(v) < 10 else ("%.0f" % v if abs(v) >= 1000
+                                               else "%.1f" % v)
+    return "%s%s" % (v, unit)
+
+
+def ratio(a, b):
+    return None if a is None or b in (None, 0) else a / b
+
+
+def check(value, op, target):
+    if value is None:
+        return "—"
+    ok = value >= target if op == ">=" else value <= target
+    return "yes" if ok else "**no**"
+
+
+def rows_uncontended(b, r):
+    tput = ratio(b["ops_per_s"], r["ops_per_s"])
+    p99 = ratio(b["p99_ms"], r["p99_ms"])
+    return [
+        ("uncontended", "cycles/s", fmt(b["ops_per_s"]), fmt(r["ops_per_s"]),
+         fmt(tput, "×"), "≥ 1.0× direct", check(tput, ">=", 1.0)),
+        ("uncontended", "p99 cycle (ms)", fmt(b["p99_ms"]), fmt(r["p99_ms"]),
+         fmt(p99, "×"), "≤ 2× direct", check(p99, "<=", 2.0)),
+    ]
+
+
+def rows_contended(b, r1, r100):
+    def both(key):
+        return "%s / %s" % (fmt(r1[key]), fmt(r100[key]))
+    return [
+        ("contended", "grants/s", fmt(b["ops_per_s"]), both("ops_per_s"),
+         "", "≥ 900", check(b["ops_per_s"], ">=", 900)),
+        ("contended", "fairness max/min", fmt(b["fairness"]),
+         both("fairness"), "", "≤ 1.2", check(b["fairness"], "<=", 1.2)),
+        ("contended", "p99 wait incl. pending (ms)", fmt(b["wait_p99_ms"]),
+         both("wait_p99_ms"), "", "≤ 50",
+         check(b["wait_p99_ms"], "<=", 50)),
+    ]
+
+
+def rows_handoff(b, r):
+    return [
+        ("handoff", "median release→grant (ms)", fmt(b["handoff_p50_ms"]),
+         fmt(r["handoff_p50_ms"]), "", "≤ 0.100",
+         check(b["handoff_p50_ms"], "<=", 0.1)),
+        ("handoff", "handoffs/s", fmt(b["handoffs_per_s"]),
+         fmt(r["handoffs_per_s"]), fmt(ratio(b["handoffs_per_s"],
+                                            r["handoffs_per_s"]), "×"),
+         "", ""),
+    ]
+
+
+def rows_scale(b, r, n):
+    mib = None if b["hwm_kib"] is None else b["hwm_kib"] / 1024
+    rmib = None if r["hwm_kib"] is None else r["hwm_kib"] / 1024
+    label = "scale %d+%d" % (n, n)
+    return [
+        (label, "peak RSS (MiB; Redis's for direct)", fmt(mib), fmt(rmib),
+         "", "≤ 64", check(mib, "<=", 64)),
+        (label, "p99 ACQUIRE+RELEASE meanwhile (ms)", fmt(b["p99_ms"]),
+         fmt(r["p99_ms"]), "", "≤ 2", check(b["p99_ms"], "<=", 2)),
+        (label, "waiters still waiting at the end", fmt(b["pending_waits"]),
+         fmt(r["pending_waits"]), "", "", ""),
+    ]
+
+
+def table(rows):
+    out = ["| scenario | figure | broker | direct Redis | ratio | target "
+           "| met |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+def machine():
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True,
+                           text=True).stdout.split()
+    ver = next((w[2:] for w in redis if w.startswith("v=")), "?")
+    return "%s, %d cores, Linux %s, Redis %s, %s" % (
+        platform.node() or "this machine", os.cpu_count(), platform.release(),
+        ver, time.strftime("%Y-%m-%d"))
+
+
+def write_doc(text):
+    with open(DOC) as f:
+        doc = f.read()
+    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pat.search(doc):
+        sys.exit("compare: %s has no %s … %s markers" % (DOC, BEGIN, END))
+    doc = pat.sub(lambda m: BEGIN + "\n" + text + "\n" + END, doc)
+    with open(DOC, "w") as f:
+        f.write(doc)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-d", "--duration", type=float, default=10)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--write", action="store_true",
+                    help="put the table into docs/performance.md")
+    ap.add_argument("--only", nargs="+", default=[],
+                    choices=["uncontended", "contended", "handoff", "scale"])
+    ap.add_argument("--smoke", action="store_true",
+                    help="one 2-second uncontended broker run (CI)")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    os.environ["LOCKBROKERD"] = os.path.join(build, "src", "lockbrokerd")
+    import lbtest
+    lbtest.LOCKBROKERD = os.environ["LOCKBROKERD"]
+    nofile = raise_nofile()
+
+    tmp = tempfile.mkdtemp(prefix="lbcompare-")
+    bench = Bench(build, tmp)
+    d = args.duration
+    want = set(args.only or ["uncontended", "contended", "handoff", "scale"])
+    rows, runs = [], []
+    try:
+        if args.smoke:
+            res = bench.run("broker", "uncontended", ["-c", "16"], 2)
+            print(json.dumps(res))
+            return 0 if res["ops"] > 0 and res["errors"] == 0 else 1
+        if "uncontended" in want:
+            a = ["-c", "64", "-k", "10000"]
+            b, r = bench.run("broker", "uncontended", a, d), \
+                bench.run("redis", "uncontended", a, d)
+            runs += [b, r]
+            rows += rows_uncontended(b, r)
+        if "contended" in want:
+            a = ["-c", "32", "--hold-us", "1000"]
+            b = bench.run("broker", "contended", a, d)
+            r1 = bench.run("redis", "contended", a + ["--poll-ms", "1"], d)
+            r100 = bench.run("redis", "contended", a + ["--poll-ms", "100"], d)
+            runs += [b, r1, r100]
+            rows += rows_contended(b, r1, r100)
+        if "handoff" in want:
+            b = bench.run("broker", "handoff", [], d)
+            r = bench.run("redis", "handoff", ["--poll-ms", "1"], d)
+            runs += [b, r]
+            rows += rows_handoff(b, r)
+        if "scale" in want:
+            n = scale_size(nofile)
+            a = ["--idle", str(n), "--waiters", str(n), "--scale-names",
+                 "100", "-c", "8"]
+            b = bench.run("broker", "scale", a, d)
+            r = bench.run("redis", "scale", a + ["--poll-ms", "100"], d)
+            runs += [b, r]
+            rows += rows_scale(b, r, n)
+    finally:
+        bench.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    text = "\n".join([
+        "Measured on %s; `bench/compare.py -d %g`, %g s per run. Direct "
+        "Redis for contended: polling every 1 ms / every 100 ms."
+        % (machine(), d, d), "", table(rows), "",
+        "<details><summary>lockbench runs (one JSON line each)</summary>", "",
+        "```"] + [json.dumps(x) for x in runs] + ["```", "", "</details>"])
+    print(text)
+    if args.write:
+        write_doc(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
