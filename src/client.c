@@ -262,20 +262,22 @@ client_error(struct client *c)
 	client_free(c, true);
 }
 
-/* One read(2) straight into the input buffer's free space. */
+/*
+ * One read(2) into a buffer all clients share, then only what came is
+ * copied to the client's input: requests are a few dozen bytes, and a
+ * page-sized buffer per read would be allocated and freed every time.
+ */
 static void
 client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
+	static char buf[CLIENT_READ_SIZE];
 	struct client *c = arg;
-	struct evbuffer_iovec v;
 	ssize_t n;
 
-	if (evbuffer_reserve_space(c->in, CLIENT_READ_SIZE, &v, 1) != 1)
-		fatalx("client: cannot grow an input buffer");
-	n = read(fd, v.iov_base, CLIENT_READ_SIZE);
+	n = read(fd, buf, sizeof buf);
 	if (n > 0) {
-		v.iov_len = (size_t)n;
-		evbuffer_commit_space(c->in, &v, 1);
+		if (evbuffer_add(c->in, buf, (size_t)n) != 0)
+			fatalx("client: cannot grow an input buffer");
 		client_input(c);
 	} else if (n == 0)
 		client_eof(c);

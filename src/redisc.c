@@ -34,9 +34,9 @@ struct redisc_req {
 	bool answered;	  /* cb has run; a late reply is only freed */
 	bool retried;	  /* NOSCRIPT was answered by EVAL once already */
 	struct redisc_script *script;
-	int argc; /* argv[0], argv[1] are the verb and sha/body */
-	char **argv;
-	size_t *lens;
+	int argc;     /* argv[0], argv[1] are the verb and sha/body */
+	char **argv;  /* into this same allocation, after the struct */
+	size_t *lens; /* likewise */
 };
 
 /* One hiredis connection with its own reconnect and connect timers. */
@@ -92,10 +92,6 @@ redisc_idle(void)
 static void
 redisc_req_free(struct redisc_req *req)
 {
-	for (int i = 2; i < req->argc; i++)
-		free(req->argv[i]);
-	free(req->argv);
-	free(req->lens);
 	free(req);
 }
 
@@ -254,22 +250,35 @@ redisc_send(struct redisc_req *req, bool by_sha)
 
 /*
  * A request whose argv[0..1] are left for the verb and the script (EVALSHA
- * sha or EVAL body); the caller's arguments are copied from argv[2] on.
+ * sha or EVAL body); the caller's arguments are copied from argv[2] on. One
+ * allocation holds the request, argv, lens and the argument bytes: it may
+ * be sent twice (NOSCRIPT), so it keeps its own copy.
  */
 static struct redisc_req *
 redisc_req_new(int n, const char *const *args, const size_t *lens,
     redisc_cb *cb, void *arg)
 {
-	struct redisc_req *req = xcalloc(1, sizeof *req);
+	size_t argc = (size_t)n + 2, bytes = 0;
+	struct redisc_req *req;
+	char *p;
 
+	for (int i = 0; i < n; i++)
+		bytes += lens[i] + 1;
+	req = xcalloc(1,
+	    sizeof *req + argc * (sizeof *req->argv + sizeof *req->lens) +
+		bytes);
 	req->cb = cb;
 	req->arg = arg;
-	req->argc = n + 2;
-	req->argv = xcalloc((size_t)req->argc, sizeof *req->argv);
-	req->lens = xcalloc((size_t)req->argc, sizeof *req->lens);
+	req->argc = (int)argc;
+	req->argv = (char **)(req + 1);
+	req->lens = (size_t *)(req->argv + argc);
+	p = (char *)(req->lens + argc);
 	for (int i = 0; i < n; i++) {
-		req->argv[i + 2] = xstrndup(args[i], lens[i]);
+		memcpy(p, args[i], lens[i]);
+		p[lens[i]] = '\0';
+		req->argv[i + 2] = p;
 		req->lens[i + 2] = lens[i];
+		p += lens[i] + 1;
 	}
 	return req;
 }

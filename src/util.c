@@ -27,7 +27,7 @@ mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-/* getrandom never returns short for 16 bytes, but EINTR is still possible. */
+/* getrandom may return short for a large block, or fail with EINTR. */
 static void
 util_random_bytes(void *buf, size_t len)
 {
@@ -46,17 +46,30 @@ util_random_bytes(void *buf, size_t len)
 	}
 }
 
+/*
+ * Tokens come from a block of getrandom(2) output handed out 16 bytes at a
+ * time (one system call per 256 tokens); each piece is wiped as it is
+ * used, so no token can be read back from the block afterwards.
+ */
 void
 util_random_token(char out[UTIL_TOKEN_HEXLEN + 1])
 {
 	static const char hex[] = "0123456789abcdef";
-	unsigned char raw[UTIL_TOKEN_HEXLEN / 2];
+	static unsigned char pool[4096];
+	static size_t left;
+	unsigned char *raw;
 
-	util_random_bytes(raw, sizeof raw);
-	for (size_t i = 0; i < sizeof raw; i++) {
+	if (left < UTIL_TOKEN_HEXLEN / 2) {
+		util_random_bytes(pool, sizeof pool);
+		left = sizeof pool;
+	}
+	left -= UTIL_TOKEN_HEXLEN / 2;
+	raw = pool + left;
+	for (size_t i = 0; i < UTIL_TOKEN_HEXLEN / 2; i++) {
 		out[2 * i] = hex[raw[i] >> 4];
 		out[2 * i + 1] = hex[raw[i] & 0xf];
 	}
+	explicit_bzero(raw, UTIL_TOKEN_HEXLEN / 2);
 	out[UTIL_TOKEN_HEXLEN] = '\0';
 }
 
