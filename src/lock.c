@@ -839,6 +839,21 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 	lock_name_unref(ln);
 }
 
+/*
+ * How long a refused waiter marks its name as waited for, so that a
+ * release anywhere is announced: past its next try (the head tries at
+ * least every retry_max_ms), with room for a slow reply. A try-once
+ * waits for no announcement.
+ */
+static uint64_t
+lock_mark_ms(const struct lock_req *req)
+{
+	if (req->wait_ms == 0)
+		return 0;
+	return 2 * (uint64_t)lk.cf->locks.retry_max_ms +
+	    (uint64_t)lk.cf->redis.command_timeout_ms;
+}
+
 /* Only the head of a queue talks to Redis. */
 static void
 lock_attempt(struct lock_name *ln)
@@ -852,7 +867,8 @@ lock_attempt(struct lock_name *ln)
 	req->in_flight = true;
 	req->tries++;
 	req->start_ms = mono_ms();
-	lockdb_acquire(ln->name, req->token, req->ttl_ms, lock_attempt_cb, req);
+	lockdb_acquire(ln->name, req->token, req->ttl_ms, lock_mark_ms(req),
+	    lock_attempt_cb, req);
 }
 
 /* WAIT ran out: TIMEOUT now; an attempt still in Redis is undone later. */
@@ -1095,7 +1111,7 @@ lock_acquire(struct lock_owner *o, const char *name,
 	if (lock_token_held(req->ln, a->token)) {
 		req->in_flight = true;
 		lockdb_acquire(
-		    name, req->token, req->ttl_ms, lock_regrant_cb, req);
+		    name, req->token, req->ttl_ms, 0, lock_regrant_cb, req);
 		return 0;
 	}
 	lock_enqueue(req);

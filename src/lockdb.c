@@ -17,27 +17,34 @@
  * can never be split, and two grants can never share a fence. The holder's
  * fence is the counter's value: nothing increments it while the key exists.
  * The same token asking again gets its own fence back (a retried request
- * grants once) and its lease set to the new ttl.
- * KEYS: lock, fence. ARGV: token, ttl. Returns {1, fence} or {0, pttl}.
+ * grants once) and its lease set to the new ttl. A refused waiter marks the
+ * name as waited for (for mark ms), so that its release is announced.
+ * KEYS: lock, fence, waiters. ARGV: token, ttl, mark (0: a try-once).
+ * Returns {1, fence} or {0, pttl}.
  */
 static struct redisc_script lockdb_acquire_lua = { "acquire",
-	"local cur = redis.call('GET', KEYS[1])\n"
-	"if cur == ARGV[1] then\n"
+	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"end\n"
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
 	"end\n"
-	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"if ARGV[3] ~= '0' then\n"
+	"  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
 	"end\n"
 	"return {0, redis.call('PTTL', KEYS[1])}\n",
 	"" };
 
-/* Compare-and-delete, then tell other brokers' waiters. KEYS: lock.
- * ARGV: token, channel, name. Returns 1 if released, 0 if not ours. */
+/* Compare-and-delete, then tell other brokers' waiters, if there are any.
+ * KEYS: lock, waiters. ARGV: token, channel, name. Returns 1 if released,
+ * 0 if not ours. */
 static struct redisc_script lockdb_release_lua = { "release",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('DEL', KEYS[1])\n"
-	"  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+	"  if redis.call('EXISTS', KEYS[2]) == 1 then\n"
+	"    redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+	"  end\n"
 	"  return 1\n"
 	"end\n"
 	"return 0\n",
@@ -193,12 +200,18 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 	free(req);
 }
 
-/* Keys exactly as DESIGN.md §5: <prefix>{<name>} and <prefix>{<name>}:fence. */
+/*
+ * Keys as DESIGN.md §5: <prefix>{<name>}, <prefix>{<name>}:fence, and the
+ * marker <prefix>{<name>}:waiters. kind is 'l', 'f' or 'w'.
+ */
 static size_t
-lockdb_key(char *buf, size_t len, const char *name, bool fence)
+lockdb_key(char *buf, size_t len, const char *name, char kind)
 {
-	return (size_t)snprintf(
-	    buf, len, "%s{%s}%s", ldb.prefix, name, fence ? ":fence" : "");
+	const char *suffix = kind == 'f' ? ":fence"
+	    : kind == 'w'		 ? ":waiters"
+					 : "";
+
+	return (size_t)snprintf(buf, len, "%s{%s}%s", ldb.prefix, name, suffix);
 }
 
 static struct lockdb_req *
@@ -214,21 +227,21 @@ lockdb_req_new(enum lockdb_op op, const char *name, lockdb_cb *cb, void *arg)
 	return req;
 }
 
+/* keys: one letter per KEYS entry of the script, as lockdb_key takes. */
 static void
 lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
-    int nkeys, int nargs, const char *const *args, lockdb_cb *cb, void *arg)
+    const char *keys, int nargs, const char *const *args, lockdb_cb *cb,
+    void *arg)
 {
 	struct lockdb_req *req = lockdb_req_new(op, name, cb, arg);
-	char key[512], fkey[512];
+	int nkeys = (int)strlen(keys), n = 0;
+	char key[3][512];
 	const char *argv[8];
 	size_t lens[8];
-	int n = 0;
 
-	lens[n] = lockdb_key(key, sizeof key, name, false);
-	argv[n++] = key;
-	if (nkeys == 2) {
-		lens[n] = lockdb_key(fkey, sizeof fkey, name, true);
-		argv[n++] = fkey;
+	for (int i = 0; i < nkeys; i++) {
+		lens[n] = lockdb_key(key[i], sizeof key[i], name, keys[i]);
+		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {
 		lens[n] = strlen(args[i]);
@@ -239,14 +252,15 @@ lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
 
 void
 lockdb_acquire(const char *name, const char *token, uint64_t ttl_ms,
-    lockdb_cb *cb, void *arg)
+    uint64_t mark_ms, lockdb_cb *cb, void *arg)
 {
-	char ttl[24];
-	const char *args[2] = { token, ttl };
+	char ttl[24], mark[24];
+	const char *args[3] = { token, ttl, mark };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
+	snprintf(mark, sizeof mark, "%" PRIu64, mark_ms);
 	lockdb_send(
-	    LDB_ACQUIRE, &lockdb_acquire_lua, name, 2, 2, args, cb, arg);
+	    LDB_ACQUIRE, &lockdb_acquire_lua, name, "lfw", 3, args, cb, arg);
 }
 
 void
@@ -255,7 +269,7 @@ lockdb_release(const char *name, const char *token, lockdb_cb *cb, void *arg)
 	const char *args[3] = { token, ldb.channel, name };
 
 	lockdb_send(
-	    LDB_RELEASE, &lockdb_release_lua, name, 1, 3, args, cb, arg);
+	    LDB_RELEASE, &lockdb_release_lua, name, "lw", 3, args, cb, arg);
 }
 
 void
@@ -267,7 +281,7 @@ lockdb_handover(const char *name, const char *token, const char *next,
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
 	lockdb_send(
-	    LDB_HANDOVER, &lockdb_handover_lua, name, 2, 3, args, cb, arg);
+	    LDB_HANDOVER, &lockdb_handover_lua, name, "lf", 3, args, cb, arg);
 }
 
 void
@@ -278,13 +292,15 @@ lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
 	const char *args[2] = { token, ttl };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
-	lockdb_send(LDB_EXTEND, &lockdb_extend_lua, name, 1, 2, args, cb, arg);
+	lockdb_send(
+	    LDB_EXTEND, &lockdb_extend_lua, name, "l", 2, args, cb, arg);
 }
 
 void
 lockdb_status(const char *name, lockdb_cb *cb, void *arg)
 {
-	lockdb_send(LDB_STATUS, &lockdb_status_lua, name, 2, 0, NULL, cb, arg);
+	lockdb_send(
+	    LDB_STATUS, &lockdb_status_lua, name, "lf", 0, NULL, cb, arg);
 }
 
 void

@@ -27,10 +27,11 @@ void lockdb_init(const char *prefix);
 /* The pub/sub channel releases are announced on. */
 const char *lockdb_channel(void);
 
-/* Grant if free (or if token holds it already: same fence back). */
+/* Grant if free (or if token holds it already: same fence back). Refused,
+ * mark_ms > 0 marks the name as waited for that long. */
 void lockdb_acquire(const char *name, const char *token, uint64_t ttl_ms,
-    lockdb_cb *cb, void *arg);
-/* Compare-and-delete, announcing the release. */
+    uint64_t mark_ms, lockdb_cb *cb, void *arg);
+/* Compare-and-delete, announcing the release if the name is waited for. */
 void lockdb_release(
     const char *name, const char *token, lockdb_cb *cb, void *arg);
 /* Compare, then hand the lock to next with its own fence (reply's fence);

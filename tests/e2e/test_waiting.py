@@ -129,8 +129,22 @@ class Waiting(BrokerTest):
         # One script did it (release and grant): never free, nothing said.
         self.assertEqual(self.evalsha_calls(), calls + 1)
         self.assertEqual(select.select([sub.sock], [], [], 0.2)[0], [])
+        # Nobody else waits: a release says nothing either.
         self.assertEqual(b.cmd("RELEASE ho"), "OK")
+        self.assertEqual(select.select([sub.sock], [], [], 0.2)[0], [])
+        # A waiter on another broker marks the name: now it is announced.
+        self.assertRegex(a.cmd("ACQUIRE ho"), r"^OK ")
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{ho}:waiters"), 0)
+        other = self.start_broker(self.conf, name="other")
+        c = self.client(other)
+        c.send("ACQUIRE ho")
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{ho}:waiters"))
+        pttl = self.redis("PTTL", "lockbroker:{ho}:waiters")
+        self.assertGreater(pttl, 1000)
+        self.assertLessEqual(pttl, 2 * 1000 + 1000)  # 2 retry_max + timeout
+        self.assertEqual(a.cmd("RELEASE ho"), "OK")
         self.assertEqual(sub._read(), ["message", "lockbroker:released", "ho"])
+        self.assertRegex(c.line(), r"^OK ")
 
     def test_two_brokers_handoff_over_pubsub(self):
         other = self.start_broker(self.conf, name="other")
