@@ -752,6 +752,47 @@ lock_granted(struct lock_req *req, uint64_t fence)
 
 static void lock_attempt_cb(const struct lockdb_reply *r, void *arg);
 
+/* Whether a hold, or a request other than req, goes by token on ln. */
+static bool
+lock_token_used(
+    struct lock_name *ln, const char *token, const struct lock_req *req)
+{
+	struct lock_hold *h;
+	struct lock_req *r;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (strcmp(h->token, token) == 0)
+		return true;
+	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
+	if (r != req && strcmp(r->token, token) == 0)
+		return true;
+	return false;
+}
+
+/*
+ * A grant whose answer came after its validity (DESIGN.md §4, counted from
+ * before the try was sent) had already ended is worth nothing: an OK now
+ * would hand the client a lock anyone may take at any moment. It goes back
+ * to Redis and the try counts as refused.
+ */
+static bool
+lock_grant_late(struct lock_req *req)
+{
+	uint64_t end = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	uint64_t now = mono_ms();
+
+	if (end > now)
+		return false;
+	STAT_INC(late_grants_total);
+	log_warnx("lock %s: granted %" PRIu64 " ms after asking, past its "
+		  "%" PRIu64 " ms lease; given back",
+	    req->ln->name, now - req->start_ms, req->ttl_ms);
+	if (!lock_token_used(req->ln, req->token, req))
+		lock_release_orphan(req->ln->name, req->token, false, end);
+	return true;
+}
+
 /*
  * redis.wait_replicas: a grant counts only once that many replicas have
  * it, so a failover cannot hand out its fence again. Otherwise it is
@@ -813,7 +854,15 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 	req->in_flight = false;
 	if (r->status == LDB_UNAVAILABLE)
 		req->unsure = true;
-	if (r->status == LDB_OK) {
+	if (r->status == LDB_OK && lock_grant_late(req)) {
+		next = 0; /* given back: the head tries again at once */
+		if (req->owner == NULL || req->wait_ms == 0) {
+			lock_dequeue(req);
+			lock_answer_err(req, PERR_UNAVAILABLE,
+			    "the grant came after its lease ended; Redis is "
+			    "slow");
+		}
+	} else if (r->status == LDB_OK) {
 		lock_granted(req, r->fence);
 		next = req->ttl_ms; /* ours now: the rest wait for it */
 	} else if (req->owner == NULL) {

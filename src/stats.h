@@ -16,6 +16,8 @@
 	X(commands_total, COUNTER, "requests processed")                       \
 	X(errors_total, COUNTER, "requests answered with ERR")                 \
 	X(grants_total, COUNTER, "ACQUIREs granted")                           \
+	X(late_grants_total, COUNTER,                                          \
+	    "grants that came after their lease ended, given back")            \
 	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")                \
 	X(releases_total, COUNTER, "locks released in Redis")                  \
 	X(extends_total, COUNTER, "leases extended")                           \

@@ -114,6 +114,25 @@ class Faults(BrokerTest):
         self.assertRegex(self.broker.logtext(),
                          r"redis command: no reply for \d+ ms; reconnecting")
 
+    def test_grant_that_comes_after_its_lease_is_not_given(self):
+        a, b = self.client(), self.client()
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            a.send("ACQUIRE slow TTL 100 WAIT 0")
+            b.send("ACQUIRE slow2 TTL 100 WAIT 3000")
+            time.sleep(0.3)  # Redis grants both, 300 ms after they asked
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        self.assertEqual(a.line(), "ERR UNAVAILABLE the grant came after "
+                         "its lease ended; Redis is slow")
+        # The waiter asks again and gets a lease it can use.
+        reply = b.line()
+        self.assertRegex(reply, r"^OK \d+ 100 ")
+        self.assertEqual(int(reply.split()[1]), 2)  # the late fence was 1
+        info = self.broker.info()
+        self.assertEqual(info["late_grants_total"], "2")
+        wait_for(lambda: not self.redis("EXISTS", "lockbroker:{slow}"), 2)
+
     def test_release_done_when_redis_returns(self):
         a = self.client()
         self.assertRegex(a.cmd("ACQUIRE late TTL 60000"), r"^OK ")
