@@ -13,6 +13,7 @@
 
 #include <event2/event.h>
 
+#include "chaos.h"
 #include "config.h"
 #include "lock.h"
 #include "lockdb.h"
@@ -743,6 +744,8 @@ lock_granted(struct lock_req *req, uint64_t fence)
 				lk.cf->locks.clock_drift));
 		return;
 	}
+	if (chaos_fault == CHAOS_NO_FENCE)
+		fence = 1;
 	lock_hold_set(o, req, fence);
 	res.fence = fence;
 	res.ttl_ms = req->ttl_ms;
@@ -782,7 +785,7 @@ lock_grant_late(struct lock_req *req)
 	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	uint64_t now = mono_ms();
 
-	if (end > now)
+	if (end > now || chaos_fault == CHAOS_NO_VALIDITY)
 		return false;
 	STAT_INC(late_grants_total);
 	log_warnx("lock %s: granted %" PRIu64 " ms after asking, past its "
@@ -1247,7 +1250,8 @@ lock_handover_claim(struct lock_name *ln)
 {
 	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
 
-	if (next == NULL || ln->attempting || lk.stopping)
+	if (next == NULL || ln->attempting || lk.stopping ||
+	    chaos_fault == CHAOS_BLIND_RELEASE)
 		return NULL;
 	evtimer_del(ln->retry_ev);
 	ln->attempting = true;

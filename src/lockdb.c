@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chaos.h"
 #include "lockdb.h"
 #include "log.h"
 #include "redisc.h"
@@ -48,6 +49,13 @@ static struct redisc_script lockdb_release_lua = { "release",
 	"  return 1\n"
 	"end\n"
 	"return 0\n",
+	"" };
+
+/* CHAOS_BLIND_RELEASE (test builds): delete without comparing. */
+static struct redisc_script lockdb_blind_release_lua = { "blind-release",
+	"redis.call('DEL', KEYS[1])\n"
+	"redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+	"return 1\n",
 	"" };
 
 /*
@@ -268,8 +276,10 @@ lockdb_release(const char *name, const char *token, lockdb_cb *cb, void *arg)
 {
 	const char *args[3] = { token, ldb.channel, name };
 
-	lockdb_send(
-	    LDB_RELEASE, &lockdb_release_lua, name, "lw", 3, args, cb, arg);
+	lockdb_send(LDB_RELEASE,
+	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_blind_release_lua
+					       : &lockdb_release_lua,
+	    name, "lw", 3, args, cb, arg);
 }
 
 void
@@ -327,6 +337,8 @@ lockdb_init(const char *prefix)
 	redisc_script_add(&lockdb_acquire_lua);
 	redisc_script_add(&lockdb_release_lua);
 	redisc_script_add(&lockdb_handover_lua);
+	if (chaos_fault == CHAOS_BLIND_RELEASE)
+		redisc_script_add(&lockdb_blind_release_lua);
 	redisc_script_add(&lockdb_extend_lua);
 	redisc_script_add(&lockdb_status_lua);
 }

@@ -19,6 +19,7 @@
 
 #include "client.h"
 #include "cmd.h"
+#include "chaos.h"
 #include "config.h"
 #include "listener.h"
 #include "lock.h"
@@ -207,6 +208,7 @@ main(int argc, char **argv)
 {
 	const char *path = CONFIG_DEFAULT_PATH;
 	bool explicit_path = false, test_only = false;
+	const char *fault;
 	int ch;
 
 	while ((ch = getopt(argc, argv, "c:htV")) != -1) {
@@ -238,6 +240,10 @@ main(int argc, char **argv)
 	}
 	log_init(
 	    (enum log_level)log_level_parse(m.cf.log.level), m.cf.log.syslog);
+	if ((fault = chaos_init()) != NULL)
+		log_warnx("BROKEN ON PURPOSE (LOCKBROKER_CHAOS_FAULT=%s): for "
+			  "the chaos self-test only; locks are not safe",
+		    fault);
 	if ((m.base = main_event_base()) == NULL)
 		fatalx("event_base_new failed");
 	main_signals();

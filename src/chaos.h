@@ -1,0 +1,35 @@
+/*
+ * chaos: deliberately broken variants of the broker, so that tests/chaos can
+ * show its checkers catch them. They exist only in a build configured with
+ * -Dchaos_faults=true, and act only when LOCKBROKER_CHAOS_FAULT names one;
+ * in every other build chaos_fault is the constant CHAOS_NONE and the
+ * compiler drops the broken paths.
+ */
+#ifndef LB_CHAOS_H
+#define LB_CHAOS_H
+
+#include <stddef.h>
+
+#include "lb_build.h"
+
+enum chaos_fault {
+	CHAOS_NONE,
+	CHAOS_NO_FENCE,	     /* every grant reports fence 1 */
+	CHAOS_BLIND_RELEASE, /* a release deletes whatever token holds it */
+	CHAOS_NO_VALIDITY,   /* a grant that came too late is answered OK */
+};
+
+#if LB_CHAOS_FAULTS
+extern enum chaos_fault chaos_fault;
+/* Read LOCKBROKER_CHAOS_FAULT; returns its name, or NULL for none. */
+const char *chaos_init(void);
+#else
+#define chaos_fault CHAOS_NONE
+static inline const char *
+chaos_init(void)
+{
+	return NULL;
+}
+#endif
+
+#endif
