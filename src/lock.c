@@ -1266,13 +1266,28 @@ static void
 lock_handover_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg, *next = req->next;
-	/* Not granted: the head tries again on its own (pttl 0). */
+	struct lock_name *ln = next->ln;
+	/* Unanswered, it may have been granted: the head's own retry (same
+	 * token) finds out. */
 	struct lockdb_reply head = { r->status, r->fence, 0 };
 
 	/* The old hold goes first: the new one may carry the same token. */
 	req->next = NULL;
 	lock_release_done(req, r, r->status == LDB_OK);
-	lock_attempt_cb(&head, next);
+	if (r->status == LDB_OK || r->status == LDB_UNAVAILABLE) {
+		lock_attempt_cb(&head, next);
+		return;
+	}
+	/* Not the releaser's to give (or a bad reply): the head never tried,
+	 * so the claim is undone and it tries on its own, now. */
+	ln->refs++;
+	next->tries--;
+	next->in_flight = false;
+	ln->attempting = false;
+	if (!next->queued)
+		lock_req_free(next); /* it left meanwhile */
+	lock_kick(ln);
+	lock_name_unref(ln);
 }
 
 int
@@ -1455,6 +1470,14 @@ lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms)
 	return h->valid_until_ms > now_ms ? h->valid_until_ms - now_ms : 0;
 }
 
+static void
+lock_owner_try_once(struct lock_req *req)
+{
+	req->wait_ms = 0;
+	if (req->deadline_ev != NULL)
+		evtimer_del(req->deadline_ev);
+}
+
 bool
 lock_owner_eof(struct lock_owner *o)
 {
@@ -1462,12 +1485,19 @@ lock_owner_eof(struct lock_owner *o)
 
 	if (req == NULL || !req->queued)
 		return true;
+	/* A head held back by a hold here (lock_first_try) has not asked
+	 * yet: it makes its one try now, as a try-once. */
+	if (req->tries == 0 && !req->in_flight && !req->ln->attempting &&
+	    TAILQ_FIRST(&req->ln->waiters) == req) {
+		lock_owner_try_once(req);
+		evtimer_del(req->ln->retry_ev);
+		lock_attempt(req->ln);
+		return true;
+	}
 	/* Only the first try, still in Redis, has not started to wait. */
 	if (req->tries != 1 || !req->in_flight)
 		return false;
-	req->wait_ms = 0;
-	if (req->deadline_ev != NULL)
-		evtimer_del(req->deadline_ev);
+	lock_owner_try_once(req);
 	return true;
 }
 

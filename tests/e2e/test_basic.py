@@ -174,6 +174,17 @@ class Basic(BrokerTest):
         self.assertEqual(a.line(), "OK FREE")
         self.assertTrue(a.closed())
 
+    def test_half_closed_input_is_answered_behind_a_holder_here(self):
+        holder, a = self.client(), self.client()
+        self.grant(holder, "ACQUIRE hw")
+        a.send("ACQUIRE hw WAIT 5000\nACQUIRE hw2 TTL 1000\nSTATUS hw\n")
+        a.sock.shutdown(1)
+        # The wait had not begun: it becomes one try, refused.
+        self.assertEqual(a.line(), "TIMEOUT")
+        self.assertRegex(a.line(), r"^OK \d+ 1000 ")
+        self.assertRegex(a.line(), r"^OK HELD \d+ \d+$")
+        self.assertTrue(a.closed())
+
     def test_unix_socket(self):
         import os
         from lbtest import Client

@@ -146,6 +146,18 @@ class Waiting(BrokerTest):
         self.assertEqual(sub._read(), ["message", "lockbroker:released", "ho"])
         self.assertRegex(c.line(), r"^OK ")
 
+    def test_wrong_token_release_does_not_end_a_wait(self):
+        a, b, c = self.client(), self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE wt"), r"^OK ")
+        b.send("ACQUIRE wt WAIT 3000")
+        wait_for(lambda: waiters(self.broker) == 1)
+        self.assertRegex(c.cmd("RELEASE wt TOKEN nottheholder"),
+                         r"^ERR NOTHELD ")
+        time.sleep(0.1)
+        self.assertEqual(waiters(self.broker), 1)  # still waiting
+        self.assertEqual(a.cmd("RELEASE wt"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+
     def test_two_brokers_handoff_over_pubsub(self):
         other = self.start_broker(self.conf, name="other")
         a, b = self.client(), self.client(other)
