@@ -86,17 +86,35 @@ class Redis:
     def __init__(self, tmpdir, port=None, extra=(), password=None):
         self.tmpdir = tmpdir
         self.port = port or free_port()
+        self.own_port = port is None
         self.extra = list(extra)
         self.password = password
         self.proc = None
         self.start()
 
     def start(self):
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", self.tmpdir,
-                "--logfile", os.path.join(self.tmpdir, "redis.log")] + self.extra
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-        wait_for(lambda: self.ping())
+        # A free port can be taken by another test's server between
+        # free_port() and our bind: then ours exits, and we try another.
+        for _ in range(5):
+            args = [REDIS_SERVER, "--port", str(self.port), "--bind",
+                    "127.0.0.1", "--save", "", "--appendonly", "no",
+                    "--dir", self.tmpdir, "--logfile",
+                    os.path.join(self.tmpdir, "redis.log")] + self.extra
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+            wait_for(lambda: self.proc.poll() is not None or self.ours())
+            if self.proc.poll() is None or not self.own_port:
+                break
+            self.port = free_port()
+        wait_for(self.ours)
+
+    def ours(self):
+        """True once the server on our port answers and is our process."""
+        try:
+            info = self("INFO", "server")
+        except (OSError, ValueError, AssertionError):
+            return False
+        return (isinstance(info, str) and
+                "process_id:%d\r" % self.proc.pid in info)
 
     def connect(self):
         r = Resp(self.port)
@@ -163,6 +181,13 @@ class Broker:
         self.write_conf(conf)
         self.log = os.path.join(tmpdir, name + ".log")
         self.proc = None
+        # The free port may be taken by another test's server before the
+        # broker binds it: it then exits at once, and gets another port.
+        for _ in range(4):
+            if self.start(wait_redis, may_fail=True):
+                return
+            self.port = self.base["listen"]["port"] = free_port()
+            self.write_conf(conf)
         self.start(wait_redis)
 
     def write_conf(self, conf=None, raw=None):
@@ -181,12 +206,18 @@ class Broker:
         wait_for(lambda: self.logtext().count("reload:") > before)
         time.sleep(0.05)
 
-    def start(self, wait_redis=True):
+    def start(self, wait_redis=True, may_fail=False):
+        """Start it; with may_fail, False if it exited at once."""
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(WRAPPER + [LOCKBROKERD, "-c", self.conf],
                                      stdout=self.logf, stderr=self.logf)
         try:
-            wait_for(lambda: self.proc.poll() is None and self._pong(),
+            wait_for(lambda: self.proc.poll() is not None or self._ours(),
+                     timeout=10 * SLOW)
+            if self.proc.poll() is not None and may_fail:
+                self.logf.close()
+                return False
+            wait_for(lambda: self.proc.poll() is None and self._ours(),
                      timeout=10 * SLOW)
             if wait_redis:
                 wait_for(lambda: self.info().get("redis_up") == "1",
@@ -197,13 +228,14 @@ class Broker:
             self.proc.wait()
             self.logf.close()
             raise
+        return True
 
-    def _pong(self):
-        c = self.client()
+    def _ours(self):
+        """True once the broker on our port answers and is our process."""
         try:
-            return c.cmd("PING") == "PONG"
-        finally:
-            c.close()
+            return self.info().get("pid") == str(self.proc.pid)
+        except (OSError, ValueError, AssertionError):
+            return False
 
     def client(self):
         return Client(self.port)
