@@ -190,6 +190,70 @@ redisc_is_noscript(const redisReply *r)
 }
 
 static int redisc_send(struct redisc_req *req, bool by_sha);
+static void redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Append v in decimal; returns the new end. */
+static char *
+redisc_utoa(char *p, size_t v)
+{
+	char tmp[24];
+	int n = 0;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10) > 0);
+	while (n > 0)
+		*p++ = tmp[--n];
+	return p;
+}
+
+/*
+ * The RESP array for argv, formatted here: hiredis would build it with an
+ * allocation and a printf-style call per argument. Returns its length, or
+ * 0 when it does not fit in len.
+ */
+static size_t
+redisc_format(
+    char *buf, size_t len, int argc, char *const *argv, const size_t *lens)
+{
+	char *p = buf, *end = buf + len;
+
+	*p++ = '*';
+	p = redisc_utoa(p, (size_t)argc);
+	*p++ = '\r';
+	*p++ = '\n';
+	for (int i = 0; i < argc; i++) {
+		if ((size_t)(end - p) < lens[i] + 32)
+			return 0;
+		*p++ = '$';
+		p = redisc_utoa(p, lens[i]);
+		*p++ = '\r';
+		*p++ = '\n';
+		memcpy(p, argv[i], lens[i]);
+		p += lens[i];
+		*p++ = '\r';
+		*p++ = '\n';
+	}
+	return (size_t)(p - buf);
+}
+
+/* Queue argv on the command connection, sent at the end of the turn. */
+static int
+redisc_write(
+    struct redisc_req *req, int argc, char *const *argv, const size_t *lens)
+{
+	static char buf[4096];
+	size_t len = redisc_format(buf, sizeof buf, argc, argv, lens);
+	int rv;
+
+	if (len > 0)
+		rv = redisAsyncFormattedCommand(
+		    rc.cmd.ac, redisc_reply_cb, req, buf, len);
+	else
+		rv = redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req,
+		    argc, (const char **)argv, lens);
+	return rv == REDIS_OK ? 0 : -1;
+}
 
 static void
 redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -228,11 +292,8 @@ redisc_send(struct redisc_req *req, bool by_sha)
 		return -1;
 	STAT_INC(redis_requests_total);
 	if (req->script == NULL) /* a plain command: argv[2] on */
-		return redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req,
-			   req->argc - 2, (const char **)req->argv + 2,
-			   req->lens + 2) == REDIS_OK
-		    ? 0
-		    : -1;
+		return redisc_write(
+		    req, req->argc - 2, req->argv + 2, req->lens + 2);
 	if (by_sha && req->script->sha[0] != '\0') {
 		req->argv[0] = "EVALSHA";
 		req->argv[1] = req->script->sha;
@@ -242,10 +303,7 @@ redisc_send(struct redisc_req *req, bool by_sha)
 	}
 	req->lens[0] = strlen(req->argv[0]);
 	req->lens[1] = strlen(req->argv[1]);
-	if (redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req, req->argc,
-		(const char **)req->argv, req->lens) != REDIS_OK)
-		return -1;
-	return 0;
+	return redisc_write(req, req->argc, req->argv, req->lens);
 }
 
 /*
