@@ -18,6 +18,7 @@
 #include "config.h"
 #include "log.h"
 #include "redisc.h"
+#include "resp.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -192,58 +193,13 @@ redisc_is_noscript(const redisReply *r)
 static int redisc_send(struct redisc_req *req, bool by_sha);
 static void redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 
-/* Append v in decimal; returns the new end. */
-static char *
-redisc_utoa(char *p, size_t v)
-{
-	char tmp[24];
-	int n = 0;
-
-	do
-		tmp[n++] = (char)('0' + v % 10);
-	while ((v /= 10) > 0);
-	while (n > 0)
-		*p++ = tmp[--n];
-	return p;
-}
-
-/*
- * The RESP array for argv, formatted here: hiredis would build it with an
- * allocation and a printf-style call per argument. Returns its length, or
- * 0 when it does not fit in len.
- */
-static size_t
-redisc_format(
-    char *buf, size_t len, int argc, char *const *argv, const size_t *lens)
-{
-	char *p = buf, *end = buf + len;
-
-	*p++ = '*';
-	p = redisc_utoa(p, (size_t)argc);
-	*p++ = '\r';
-	*p++ = '\n';
-	for (int i = 0; i < argc; i++) {
-		if ((size_t)(end - p) < lens[i] + 32)
-			return 0;
-		*p++ = '$';
-		p = redisc_utoa(p, lens[i]);
-		*p++ = '\r';
-		*p++ = '\n';
-		memcpy(p, argv[i], lens[i]);
-		p += lens[i];
-		*p++ = '\r';
-		*p++ = '\n';
-	}
-	return (size_t)(p - buf);
-}
-
 /* Queue argv on the command connection, sent at the end of the turn. */
 static int
 redisc_write(
     struct redisc_req *req, int argc, char *const *argv, const size_t *lens)
 {
 	static char buf[4096];
-	size_t len = redisc_format(buf, sizeof buf, argc, argv, lens);
+	size_t len = resp_format(buf, sizeof buf, argc, argv, lens);
 	int rv;
 
 	if (len > 0)

@@ -1,6 +1,7 @@
 /*
  * test_proto: the tokenizer, integer parsing, name and token rules, the
- * constant-time secret compare and the lease arithmetic, table by table.
+ * constant-time secret compare, the lease arithmetic and RESP formatting,
+ * table by table.
  */
 #include <check.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 
 #include "proto.h"
+#include "resp.h"
 #include "util.h"
 
 #define nitems(a) (sizeof(a) / sizeof((a)[0]))
@@ -159,6 +161,70 @@ START_TEST(test_random_token)
 }
 END_TEST
 
+/* Tokens come from a pool refilled every 256: across several refills,
+ * none repeats. */
+START_TEST(test_random_tokens_distinct)
+{
+	enum { N = 1000 };
+	static char tok[N][UTIL_TOKEN_HEXLEN + 1];
+
+	for (int i = 0; i < N; i++) {
+		util_random_token(tok[i]);
+		ck_assert(proto_valid_token(tok[i]));
+		for (int j = 0; j < i; j++)
+			ck_assert_str_ne(tok[i], tok[j]);
+	}
+}
+END_TEST
+
+static const struct {
+	int argc;
+	const char *argv[3];
+	size_t buflen;
+	const char *want; /* NULL: does not fit */
+} resp_cases[] = {
+	{ 1, { "PING" }, 64, "*1\r\n$4\r\nPING\r\n" },
+	{ 3, { "SET", "k", "" }, 64,
+	    "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n" },
+	{ 0, { NULL }, 64, "*0\r\n" },
+	{ 2, { "EVALSHA", "0123456789" }, 40, NULL },
+	{ 1, { "PING" }, 8, NULL },
+};
+
+START_TEST(test_resp_format)
+{
+	char buf[64], *argv[3];
+	size_t lens[3], n;
+
+	for (int i = 0; i < resp_cases[_i].argc; i++) {
+		argv[i] = (char *)resp_cases[_i].argv[i];
+		lens[i] = strlen(argv[i]);
+	}
+	n = resp_format(
+	    buf, resp_cases[_i].buflen, resp_cases[_i].argc, argv, lens);
+	if (resp_cases[_i].want == NULL) {
+		ck_assert_uint_eq(n, 0);
+		return;
+	}
+	ck_assert_uint_eq(n, strlen(resp_cases[_i].want));
+	ck_assert_mem_eq(buf, resp_cases[_i].want, n);
+}
+END_TEST
+
+/* Binary arguments go through as they are, lengths counted, not scanned. */
+START_TEST(test_resp_format_binary)
+{
+	char buf[64], arg[] = { 'a', '\0', '\r', '\n', 'b' };
+	char *argv[1] = { arg };
+	size_t lens[1] = { sizeof arg };
+	static const char want[] = "*1\r\n$5\r\na\0\r\nb\r\n";
+
+	ck_assert_uint_eq(
+	    resp_format(buf, sizeof buf, 1, argv, lens), sizeof want - 1);
+	ck_assert_mem_eq(buf, want, sizeof want - 1);
+}
+END_TEST
+
 START_TEST(test_validity_end)
 {
 	/* start + ttl * (1 - drift) - 2 ms */
@@ -252,6 +318,9 @@ proto_suite(void)
 	tcase_add_test(tc, test_tokens);
 	tcase_add_test(tc, test_keywords_and_errors);
 	tcase_add_test(tc, test_random_token);
+	tcase_add_test(tc, test_random_tokens_distinct);
+	tcase_add_loop_test(tc, test_resp_format, 0, nitems(resp_cases));
+	tcase_add_test(tc, test_resp_format_binary);
 	tcase_add_test(tc, test_validity_end);
 	tcase_add_test(tc, test_random_range);
 	tcase_add_test(tc, test_secret_equal);
