@@ -232,6 +232,7 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		    "redis: script %s not cached (NOSCRIPT), sending it again",
 		    req->script->name);
 		req->retried = true;
+		req->sent_us = mono_us(); /* one round trip, not two */
 		if (redisc_send(req, false) == 0)
 			return;
 		reply = NULL;
