@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -55,7 +54,7 @@ static const struct cmd_entry cmd_table[] = {
 static struct {
 	const struct config *cf;
 	char *secret; /* "" when AUTH is not required; wiped at shutdown */
-	time_t started;
+	uint64_t started_ms; /* monotonic: a clock jump is not uptime */
 } cmds;
 
 static const struct lock_owner_ops cmd_owner_ops;
@@ -341,8 +340,8 @@ cmd_info(struct session *s, int argc, char **argv)
 {
 	evbuffer_add_printf(s->out, "STAT version %s\n", LB_VERSION);
 	evbuffer_add_printf(s->out, "STAT pid %ld\n", (long)getpid());
-	evbuffer_add_printf(s->out, "STAT uptime_s %lld\n",
-	    (long long)(time(NULL) - cmds.started));
+	evbuffer_add_printf(s->out, "STAT uptime_s %" PRIu64 "\n",
+	    (mono_ms() - cmds.started_ms) / 1000);
 	for (int i = 0; i < STAT__COUNT; i++)
 		evbuffer_add_printf(s->out, "STAT %s %" PRId64 "\n",
 		    stats_name((enum stats_id)i), stats[i]);
@@ -458,7 +457,7 @@ void
 cmd_init(const struct config *cf)
 {
 	cmds.cf = cf;
-	cmds.started = time(NULL);
+	cmds.started_ms = mono_ms();
 	if ((cmds.secret = cmd_secret(cf)) == NULL)
 		fatalx("cannot read the AUTH secret");
 }
