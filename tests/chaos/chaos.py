@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""lockbroker chaos suite: two brokers on one durable Redis, 8 worker
+processes x 8 connections hammering 9 lock names, a nemesis breaking
+things, and checkers that read what happened. Exits 0 only if no
+violation was found. See tests/chaos/README.md."""
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+
+import checkers  # noqa: E402
+import report  # noqa: E402
+import workers  # noqa: E402
+from nemesis import Nemesis  # noqa: E402
+from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
+
+VARIANTS = ("none", "no_fence", "blind_release", "no_validity")
+N_WORKERS, N_CONNS = 8, 8
+COMMAND_TIMEOUT_S = BROKER_CONF["redis"]["command_timeout_ms"] / 1000.0
+DEFAULT_BINARY = os.path.join(HERE, "..", "..", "build-chaos", "src",
+                              "lockbrokerd")
+
+
+class NotChaosBuild(Exception):
+    """--fault-variant asked of a daemon built without chaos_faults."""
+
+
+def parse_args(argv):
+    """The command line."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--duration", type=float, default=60,
+                   help="seconds of load and faults (per variant with "
+                        "--self-test)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--fault-variant", choices=VARIANTS, default="none",
+                   help="run brokers broken on purpose (needs a build with "
+                        "-Dchaos_faults=true)")
+    p.add_argument("--self-test", action="store_true",
+                   help="run each broken variant; pass if each is caught")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temporary directory (journals, logs)")
+    p.add_argument("--lockbrokerd", default=os.path.normpath(DEFAULT_BINARY))
+    a = p.parse_args(argv)
+    if a.seed is None:
+        a.seed = int(time.time() * 1000) % 1000000
+    return a
+
+
+def main(argv=None):
+    """Run once or self-test; print the summary, write the JSON."""
+    args = parse_args(argv)
+    try:
+        if args.self_test:
+            code, doc = self_test(args)
+        else:
+            res = run(args, args.fault_variant)
+            print(report.summary(res))
+            code, doc = (0 if res["ok"] else 1), res
+    except NotChaosBuild as e:
+        print("chaos: %s" % e, file=sys.stderr)
+        return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+    return code
+
+
+def self_test(args):
+    """Each broken variant must be caught by at least one checker."""
+    results, lines = {}, []
+    for i, v in enumerate(VARIANTS[1:]):
+        res = run(args, v, seed=args.seed + i, stop_when_caught=True)
+        print(report.summary(res) + "\n")
+        caught = [n for n in report.CHECKERS
+                  if res["checks"].get(n, {}).get("violations")]
+        results[v] = {"caught_by": caught, "run_time_s": res["run_time_s"],
+                      "violations": {n: len(res["checks"][n]["violations"])
+                                     for n in res["checks"]},
+                      "faults": [f["kind"] for f in res["faults"]],
+                      "examples": {n: res["checks"][n]["violations"][:3]
+                                   for n in caught}}
+        lines.append("  %-14s %s (%.0f s)" % (
+            v, "caught by " + ", ".join(caught) if caught else "NOT CAUGHT",
+            res["run_time_s"]))
+    ok = all(r["caught_by"] for r in results.values())
+    print("== self-test: %s\n%s" % ("PASS" if ok else "FAIL",
+                                    "\n".join(lines)))
+    return (0 if ok else 1), {"self_test": results, "ok": ok}
+
+
+def run(args, variant, seed=None, stop_when_caught=False):
+    """One run of the whole topology; the result dict the report reads."""
+    seed = args.seed if seed is None else seed
+    t0 = time.monotonic()
+    topo = Topology(args.lockbrokerd, variant, seed)
+    procs = []
+    try:
+        if variant != "none" and not topo.variant_active():
+            raise NotChaosBuild(
+                "%s ignores LOCKBROKER_CHAOS_FAULT=%s: build it with "
+                "-Dchaos_faults=true" % (args.lockbrokerd, variant))
+        base = {b.name: _settled(b) for b in topo.brokers}
+        res = _load_and_break(args, topo, seed, stop_when_caught, procs)
+        res["readings"] = _end_readings(topo, base)
+        res["exit_codes"] = topo.stop_brokers()
+    finally:
+        _kill_workers(procs)
+        topo.close(keep=args.keep)
+    res.update(variant=variant, seed=seed, duration=args.duration,
+               run_time_s=round(time.monotonic() - t0, 1))
+    return _judge(res)
+
+
+def _load_and_break(args, topo, seed, stop_when_caught, procs):
+    """Workers and nemesis for the duration; the collected records."""
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.RawValue("b", 0)
+    held = ctx.RawArray("i", 2 * N_WORKERS)
+    t0 = time.monotonic()
+    journals = _start_workers(ctx, topo, seed, stop, held, procs)
+    nem = Nemesis(topo, [p.pid for p in procs], held, random.Random(seed),
+                  args.duration, self_test=stop_when_caught)
+    nem.start()
+    _watch(args.duration, stop_when_caught, topo, nem, journals)
+    nem.stop()
+    stop.value = 1
+    for p in procs:
+        os.kill(p.pid, signal.SIGCONT)      # never leave one stopped
+        p.join(30)
+    return {"records": [r for j in journals for r in workers.read_journal(j)],
+            "writes": topo.resource.snapshot(), "faults": nem.faults,
+            "t0": t0, "t_end": time.monotonic(),
+            "final_stats": {b.name: b.stats() for b in topo.brokers},
+            "kill_stats": nem.kill_stats,
+            "workers_alive_at_end": [p.name for p in procs if p.is_alive()]}
+
+
+def _start_workers(ctx, topo, seed, stop, held, procs):
+    """Spawn the worker processes (fresh interpreters: no fork of our
+    threads); their journal paths."""
+    journals = []
+    for w in range(N_WORKERS):
+        journals.append(os.path.join(topo.tmpdir, "w%d.jsonl" % w))
+        cfg = {"ports": topo.broker_ports(), "lease_ms": LEASE_MS,
+               "resource_port": topo.resource.port, "seed": seed,
+               "journal": journals[w], "conns": N_CONNS}
+        p = ctx.Process(target=workers.worker_main, args=(w, cfg, stop, held),
+                        name="w%d" % w)
+        p.start()
+        procs.append(p)
+    return journals
+
+
+def _watch(duration, stop_when_caught, topo, nem, journals):
+    """Sleep out the run; in self-test, stop as soon as a safety checker
+    sees a violation in what has been journalled so far."""
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        time.sleep(min(3.0, max(0.0, end - time.monotonic())))
+        if not stop_when_caught:
+            continue
+        records = [r for j in journals for r in workers.read_journal(j)]
+        found = checkers.run_all(records, topo.resource.snapshot(),
+                                 list(nem.faults), time.monotonic(),
+                                 COMMAND_TIMEOUT_S)
+        if any(found[n]["violations"] for n in
+               ("fences", "stale_writes", "overlaps", "late_grants")):
+            return
+
+
+def _settled(broker):
+    """A broker's baseline (fds beyond clients, RSS) once two readings a
+    moment apart agree (Redis connections come up asynchronously)."""
+    last = broker.resources()
+    for _ in range(20):
+        time.sleep(0.25)
+        now = broker.resources()
+        if now[0] == last[0]:
+            return now
+        last = now
+    return last
+
+
+def _end_readings(topo, base):
+    """Each broker's fds and RSS after the workers left, against its
+    baseline (a restarted broker against its first process's)."""
+    out = []
+    for b in topo.brokers:
+        r = {"broker": b.name, "base_fds": base[b.name][0],
+             "base_rss_kib": base[b.name][1]}
+        try:
+            fds, rss = topo.wait_quiet(b, r["base_fds"])
+            r.update(end_fds=fds, end_rss_kib=rss)
+        except (OSError, ValueError, KeyError) as e:
+            r["error"] = "could not read: %r" % (e,)
+        out.append(r)
+    return out
+
+
+def _kill_workers(procs):
+    """Kill whatever worker is still alive (after a failure)."""
+    for p in procs:
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.join(5)
+
+
+def _judge(res):
+    """Run the checkers and count violations."""
+    res["checks"] = checkers.run_all(res["records"], res["writes"],
+                                     res["faults"], res["t_end"],
+                                     COMMAND_TIMEOUT_S, res.pop("readings"))
+    res["operations"] = report.operations(res["records"], res["checks"])
+    res["broker_stats"] = report.broker_stats(res.pop("final_stats"),
+                                              res.pop("kill_stats"))
+    res["violations"] = sum(len(c["violations"])
+                            for c in res["checks"].values())
+    if res["workers_alive_at_end"]:
+        res["violations"] += 1
+        res["checks"]["liveness"]["violations"].append(
+            "workers did not stop: %s" % res["workers_alive_at_end"])
+    res["ok"] = res["violations"] == 0
+    del res["records"], res["writes"]
+    return res
+
+
+if __name__ == "__main__":
+    sys.exit(main())

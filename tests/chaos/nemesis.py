@@ -1,0 +1,246 @@
+"""The nemesis: one fault at a time, each healed after a while and followed
+by a liveness probe of every broker. Seeded, so a run can be replayed in
+its choices (not in its timing)."""
+
+import os
+import signal
+import threading
+import time
+
+from topology import lbtest  # the e2e harness, on the path topology set
+
+KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
+         "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
+         "redis_slow", "clock_jump")
+# The self-test wants the faults that make stale holders and late grants:
+# Redis stalls and slow links (400-800 ms each way) whose round trips stay
+# under the 2.5 s command timeout (so the late answer still arrives) but
+# exceed a 500 ms lease plus the checkers' slack.
+SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
+                   "pause_worker", "pause_broker")
+LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
+CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
+
+
+class Nemesis(threading.Thread):
+    """Runs the fault schedule in its own thread until stop() or the end
+    of the run; self.faults is the log the checkers read."""
+
+    def __init__(self, topo, worker_pids, held, rng, duration,
+                 self_test=False):
+        super().__init__(name="nemesis", daemon=True)
+        self.topo, self.worker_pids, self.held = topo, worker_pids, held
+        self.rng, self.self_test = rng, self_test
+        self.duration = duration
+        self.faults = []
+        self.kill_stats = []        # INFO of brokers just before kill -9
+        self._stop_ev = threading.Event()
+        self._bag = []
+
+    def stop(self):
+        """Heal the fault in progress now and end the schedule."""
+        self._stop_ev.set()
+        self.join(60)
+
+    def run(self):
+        """Space faults 10 +- 5 s apart, scaled down for runs under 120 s
+        so that one sees every kind (and a 60 s run at least 4 faults)."""
+        t0 = time.monotonic()
+        end = t0 + self.duration
+        mean = min(10.0, self.duration / 12.0)
+        if self.self_test:
+            mean = min(5.0, mean)
+        next_at = t0 + self.rng.uniform(0.3, 0.6) * mean
+        while not self._stop_ev.wait(max(0.0, next_at - time.monotonic())):
+            if time.monotonic() > end - 4.0:
+                break
+            started = time.monotonic()
+            self.one(self._next_kind())
+            next_at = max(started + self.rng.uniform(0.5, 1.5) * mean,
+                          time.monotonic() + 0.5)
+
+    def _next_kind(self):
+        """Every kind once (shuffled) before any kind twice."""
+        if not self._bag:
+            self._bag = list(SELF_TEST_KINDS if self.self_test else KINDS)
+            self.rng.shuffle(self._bag)
+        return self._bag.pop()
+
+    def one(self, kind):
+        """Inject, wait, heal, probe; the record goes to self.faults."""
+        rec = {"n": len(self.faults) + 1, "kind": kind,
+               "t_start": time.monotonic()}
+        self.faults.append(rec)
+        try:
+            heal = getattr(self, "_" + kind)(rec)
+        except Exception as e:          # a fault that cannot start is noted
+            rec.update(error=repr(e)[:200], t_heal=time.monotonic(),
+                       liveness=[])
+            return
+        # The fault is fully in effect from t_active to t_heal_begin;
+        # t_start..t_heal is the widest window it can have had an effect.
+        rec["t_active"] = time.monotonic()
+        self._stop_ev.wait(rec["hold_s"])
+        rec["t_heal_begin"] = time.monotonic()
+        try:
+            heal()
+        except Exception as e:
+            rec["error"] = "heal: " + repr(e)[:200]
+        rec["t_heal"] = time.monotonic()
+        rec["liveness"] = self.probe(rec)
+
+    def _hold(self, lo, hi):
+        """How long a fault lasts: 1-5 s unless the kind says otherwise."""
+        return self.rng.uniform(lo, hi)
+
+    # One method per kind: inject, fill in the record, return the heal.
+
+    def _pause_broker(self, rec):
+        """SIGSTOP a broker: its holders' leases run out unrenewed and
+        its EVENT LOST come late, while the other broker grants."""
+        b = self.rng.choice(self.topo.brokers)
+        rec.update(target=b.name, hold_s=self._hold(1, 3 if self.self_test
+                                                    else 5))
+        b.signal(signal.SIGSTOP)
+        return lambda: b.signal(signal.SIGCONT)
+
+    def _pause_redis(self, rec):
+        """SIGSTOP Redis: every try and renewal stalls, then all answers
+        come at once, late."""
+        r = self.topo.redis
+        rec.update(target="redis", hold_s=self._hold(1.0, 1.9)
+                   if self.self_test else self._hold(1, 5))
+        r.proc.send_signal(signal.SIGSTOP)
+        return lambda: r.proc.send_signal(signal.SIGCONT)
+
+    def _pause_worker(self, rec):
+        """SIGSTOP a worker holding a lock: the GC-pause case, a holder
+        that wakes up stale and still writes and releases."""
+        w = self._holding_worker()
+        pid = self.worker_pids[w]
+        rec.update(target="w%d" % w, worker=w,
+                   holding={"ttl": self.held[2 * w],
+                            "session": self.held[2 * w + 1]},
+                   hold_s=self._hold(1.5, 4) if self.self_test
+                   else self._hold(1, 5))
+        os.kill(pid, signal.SIGSTOP)
+        return lambda: os.kill(pid, signal.SIGCONT)
+
+    def _holding_worker(self):
+        """A worker holding a TTL lock (its lease will run out while it
+        sleeps), else one holding any lock, else any worker."""
+        n = len(self.worker_pids)
+        for slot in (0, 1):
+            ws = [w for w in range(n) if self.held[2 * w + slot] > 0]
+            if ws:
+                return self.rng.choice(ws)
+        return self.rng.randrange(n)
+
+    def _kill_broker(self, rec):
+        """kill -9 a broker: its clients reconnect, its locks linger until
+        their leases end; the restart must come back clean."""
+        b = self.rng.choice(self.topo.brokers)
+        rec.update(target=b.name, hold_s=self._hold(1, 5))
+        self.kill_stats.append(dict(b.stats(), broker=b.name))
+        b.stop(sig=signal.SIGKILL)
+        return b.start
+
+    def _kill_redis(self, rec):
+        """kill -9 Redis: fences must survive the restart (AOF, fsync
+        always) and both brokers must reconnect."""
+        r = self.topo.redis
+        rec.update(target="redis", hold_s=self._hold(1, 5))
+        r.kill()
+        return r.start              # same port, same AOF directory
+
+    def _proxy(self, rec, mode, both=False, **kw):
+        """Put one broker's Redis proxy (or both) in mode; the heal is back
+        to pass. rec["proxies"] names the brokers whose link it breaks."""
+        ps = list(range(len(self.topo.proxies)))
+        if not both:
+            ps = [self.rng.choice(ps)]
+        rec.update(target="+".join("proxy-b%d" % i for i in ps),
+                   proxies=ps, hold_s=self._hold(1, 5), **kw)
+        for i in ps:
+            self.topo.proxies[i].set_mode(mode, **kw)
+        return lambda: [self.topo.proxies[i].set_mode("pass") for i in ps]
+
+    def _proxy_cut(self, rec):
+        """Partition one broker from Redis: its reconnects are refused."""
+        return self._proxy(rec, "cut")
+
+    def _proxy_delay(self, rec, both=False):
+        """Slow one broker's Redis link: grants come back near or past
+        their validity (the broker must give those back)."""
+        lo, hi = (400, 800) if self.self_test else (200, 800)
+        heal = self._proxy(rec, "delay", both,
+                           delay_ms=self.rng.randint(lo, hi))
+        if self.self_test:
+            rec["hold_s"] = self._hold(3, 5)
+        return heal
+
+    def _redis_slow(self, rec):
+        """Both brokers' links slow at once: every grant in the window is
+        late, so no broker can win the lock on a fast link meanwhile."""
+        return self._proxy_delay(rec, both=True)
+
+    def _proxy_lossy(self, rec):
+        """Reset one broker's Redis connections at random."""
+        return self._proxy(rec, "lossy", loss=0.05)
+
+    def _clock_jump(self, rec):
+        """Jump b1's wall clock: leases use CLOCK_MONOTONIC, so nothing
+        may change."""
+        offset = self.rng.choice(CLOCK_JUMPS)
+        b = self.topo.brokers[1]
+        rec.update(target=b.name, offset=offset, hold_s=self._hold(1, 5))
+        before = b.stats().get("uptime_s")
+        self.topo.set_clock(offset)
+        # Leases must not notice; INFO's uptime shows what does.
+        time.sleep(0.1)
+        rec["uptime_s"] = "%s->%s" % (before, b.stats().get("uptime_s"))
+        return lambda: self.topo.set_clock("+0")
+
+    # Liveness.
+
+    def probe(self, rec):
+        """Each live broker must grant a free name to a try-once within
+        LIVENESS_S of the heal; probed in parallel, one thread each."""
+        out = [None] * len(self.topo.brokers)
+
+        def go(i, b):
+            out[i] = self._probe_one(b, rec)
+        ts = [threading.Thread(target=go, args=(i, b))
+              for i, b in enumerate(self.topo.brokers)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return out
+
+    def _probe_one(self, b, rec):
+        """ACQUIRE <fresh name> WAIT 0 until OK or the deadline."""
+        deadline = rec["t_heal"] + LIVENESS_S
+        res = {"broker": b.name, "ok": False, "tries": 0, "last": ""}
+        if not b.pid:
+            res["last"] = "broker down"
+            return res
+        while time.monotonic() < deadline:
+            res["tries"] += 1
+            name = "probe.%d.%s.%d" % (rec["n"], b.name, res["tries"])
+            try:
+                c = lbtest.Client(b.port, timeout=max(
+                    0.05, deadline - time.monotonic()))
+                try:
+                    res["last"] = c.cmd("ACQUIRE %s WAIT 0" % name)
+                    if res["last"].startswith("OK "):
+                        c.cmd("QUIT")
+                        res.update(ok=True, after_s=round(
+                            time.monotonic() - rec["t_heal"], 3))
+                        return res
+                finally:
+                    c.close()
+            except (OSError, ConnectionError) as e:
+                res["last"] = repr(e)[:100]
+            time.sleep(0.05)
+        return res

@@ -1,0 +1,204 @@
+"""A loopback TCP relay between one broker and Redis, so the nemesis can
+break that broker's Redis link alone: pass, cut, delay or lossy."""
+
+import collections
+import random
+import select
+import socket
+import struct
+import threading
+import time
+
+# A reset, not a FIN: what a crashed peer or a dropped route looks like.
+_LINGER_RST = struct.pack("ii", 1, 0)
+
+
+class _Link:
+    """One broker-to-Redis connection: two sockets and, per direction, the
+    chunks still held back by a delay and the bytes not yet written."""
+
+    def __init__(self, down, up):
+        self.down, self.up = down, up
+        self.queue = {down: collections.deque(), up: collections.deque()}
+        self.out = {down: bytearray(), up: bytearray()}
+        self.last_due = {down: 0.0, up: 0.0}
+
+    def peer(self, s):
+        """The socket that bytes read from s go out on."""
+        return self.up if s is self.down else self.down
+
+    def close(self, reset=False):
+        """Close both sides; with reset, send RST instead of FIN."""
+        for s in (self.down, self.up):
+            try:
+                if reset:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 _LINGER_RST)
+                s.close()
+            except OSError:
+                pass
+
+
+class Proxy:
+    """Relays one broker's Redis connections; mode is changed from another
+    thread with set_mode() and applied by the relay's own loop."""
+
+    def __init__(self, upstream_port, seed=0, name="proxy"):
+        self.upstream_port = upstream_port
+        self.name = name
+        self.rng = random.Random(seed)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.mode, self.delay_s, self.loss = "pass", 0.0, 0.0
+        self.links = {}          # socket -> _Link
+        self.resets = 0
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=name,
+                                        daemon=True)
+        self._thread.start()
+
+    def set_mode(self, mode, delay_ms=0, loss=0.05):
+        """Switch to pass, cut, delay (delay_ms per chunk each way) or
+        lossy (each chunk resets its connection with probability loss)."""
+        assert mode in ("pass", "cut", "delay", "lossy"), mode
+        self.delay_s = delay_ms / 1000.0 if mode == "delay" else 0.0
+        self.loss = loss if mode == "lossy" else 0.0
+        self.mode = mode
+        self._wake_w.send(b"x")
+
+    def stop(self):
+        """End the relay thread and close every socket it owns."""
+        self._stop = True
+        self._wake_w.send(b"x")
+        self._thread.join(5)
+        for link in set(self.links.values()):
+            link.close()
+        for s in (self.listener, self._wake_r, self._wake_w):
+            s.close()
+
+    # The relay loop and its helpers; only the relay thread runs these.
+
+    def _run(self):
+        """Select over everything, move bytes, apply the current mode."""
+        while not self._stop:
+            if self.mode == "cut" and self.links:
+                self._drop_all()
+            rl = [self.listener, self._wake_r] + list(self.links)
+            wl = [s for s, l in self.links.items() if l.out[s]]
+            try:
+                r, w, _ = select.select(rl, wl, [], self._timeout())
+            except (OSError, ValueError):
+                self._prune()
+                continue
+            for s in r:
+                self._readable(s)
+            self._release_due()
+            for s in w:
+                if s in self.links:
+                    self._flush(s)
+
+    def _timeout(self):
+        """Sleep until the next held-back chunk is due (at most 0.2 s)."""
+        due = [q[0][0] for l in set(self.links.values())
+               for q in l.queue.values() if q]
+        if not due:
+            return 0.2
+        return max(0.0, min(min(due) - time.monotonic(), 0.2))
+
+    def _readable(self, s):
+        """Dispatch a readable socket: new connection, wake-up, or data."""
+        if s is self.listener:
+            self._accept()
+        elif s is self._wake_r:
+            self._wake_r.recv(4096)
+        elif s in self.links:
+            self._relay(s)
+
+    def _accept(self):
+        """Take a new broker connection and open its Redis side (a cut
+        refuses it: the broker sees the connection close at once)."""
+        try:
+            down, _ = self.listener.accept()
+        except OSError:
+            return
+        if self.mode == "cut":
+            down.close()
+            return
+        try:
+            up = socket.create_connection(("127.0.0.1", self.upstream_port),
+                                          timeout=1)
+        except OSError:
+            down.close()         # Redis is down: so is the proxy for now
+            return
+        for x in (down, up):
+            x.setblocking(False)
+            x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = _Link(down, up)
+        self.links[down] = self.links[up] = link
+
+    def _relay(self, s):
+        """Read a chunk and queue it for the other side, late if delayed;
+        a lossy link may be reset instead."""
+        link = self.links[s]
+        try:
+            data = s.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(link)
+            return
+        if self.loss and self.rng.random() < self.loss:
+            self.resets += 1
+            self._drop(link, reset=True)
+            return
+        dst = link.peer(s)
+        # Never let a later chunk overtake an earlier one.
+        due = max(time.monotonic() + self.delay_s, link.last_due[dst])
+        link.last_due[dst] = due
+        link.queue[dst].append((due, data))
+
+    def _release_due(self):
+        """Move every chunk whose delay is over to its output buffer."""
+        now = time.monotonic()
+        for link in set(self.links.values()):
+            for dst, q in link.queue.items():
+                while q and q[0][0] <= now:
+                    link.out[dst] += q.popleft()[1]
+                if link.out[dst] and dst in self.links:
+                    self._flush(dst)
+
+    def _flush(self, s):
+        """Write what we can of s's output without blocking."""
+        link = self.links[s]
+        try:
+            n = s.send(link.out[s])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(link)
+            return
+        del link.out[s][:n]
+
+    def _drop(self, link, reset=False):
+        """Forget a link and close both its sockets."""
+        for s in (link.down, link.up):
+            self.links.pop(s, None)
+        link.close(reset)
+
+    def _drop_all(self):
+        """A cut: every connection goes at once."""
+        for link in set(self.links.values()):
+            self._drop(link, reset=True)
+
+    def _prune(self):
+        """Forget links whose sockets were closed under us."""
+        for s, link in list(self.links.items()):
+            if s.fileno() < 0:
+                self._drop(link)

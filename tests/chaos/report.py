@@ -1,0 +1,144 @@
+"""Turns a run's records and checker results into the summary a person
+reads and the JSON a program reads."""
+
+import collections
+
+from checkers import SHOW
+
+SHOW_EXPLAINED = 40        # the JSON has every one
+
+CHECKERS = ("fences", "stale_writes", "overlaps", "late_grants", "liveness",
+            "resources")
+STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
+             "releases_total", "notheld_total", "renewal_failures_total",
+             "lost_expired_total", "lost_stolen_total",
+             "lost_unavailable_total", "redis_timeouts_total",
+             "redis_connects_total")
+
+
+def operations(records, checks):
+    """Counts of what the workers did and what they were told."""
+    acq = collections.Counter()
+    kinds, releases, lost = (collections.Counter() for _ in range(3))
+    stale, disconnects, unexpected = 0, 0, 0
+    for r in records:
+        if r["type"] == "acq":
+            acq[_reply_kind(r["reply"])] += 1
+        elif r["type"] == "grant":
+            acq["ok"] += 1
+            kinds["%s %d" % (r["kind"], r["ttl"])] += 1
+            if "release_reply" in r:
+                releases[_reply_kind(r["release_reply"])] += 1
+            if r.get("lost_reason"):
+                lost[r["lost_reason"]] += 1
+            stale += "woke_late_s" in r
+            unexpected += bool(r.get("unexpected"))
+        elif r["type"] == "disconnect":
+            disconnects += 1
+        elif r["type"] == "event":
+            lost["unmatched " + r["reason"]] += 1
+    sw = checks["stale_writes"]
+    return {"acquires": dict(acq), "grants_by_kind": dict(kinds),
+            "releases": dict(releases), "event_lost": dict(lost),
+            "holders_woken_past_deadline": stale,
+            "broken_connections": disconnects,
+            "unexpected_lines": unexpected,
+            "writes_accepted": sw["accepted"],
+            "stale_writes_rejected": sw["rejected"]}
+
+
+def _reply_kind(reply):
+    """OK, TIMEOUT, 'ERR CODE' or disconnect."""
+    w = reply.split()
+    if not w:
+        return "empty"
+    if w[0] == "ERR" and len(w) > 1:
+        return "ERR " + w[1]
+    return w[0].lower() if w[0] in ("OK", "TIMEOUT") else w[0]
+
+
+def broker_stats(final, killed):
+    """INFO counters summed over every broker process of the run."""
+    out = collections.Counter()
+    for s in list(final.values()) + killed:
+        for k in STAT_KEYS:
+            if k in s:
+                out[k] += int(s[k])
+    return dict(out)
+
+
+def fault_lines(faults, t0):
+    """One line per fault: when, what, how long, and the liveness probe."""
+    lines = []
+    for f in faults:
+        extra = " ".join("%s=%s" % (k, f[k]) for k in
+                         ("delay_ms", "loss", "offset", "uptime_s", "holding",
+                          "error")
+                         if k in f)
+        live = ", ".join(
+            "%s %s" % (p["broker"], "ok %.2fs" % p["after_s"] if p["ok"]
+                       else "FAILED") for p in f.get("liveness", []) if p)
+        lines.append("  #%-2d %6.1fs-%6.1fs %-13s %-9s %s [%s]" % (
+            f["n"], f["t_start"] - t0, f.get("t_heal", f["t_start"]) - t0,
+            f["kind"], f.get("target", "?"), extra, live))
+    return lines
+
+
+def summary(res):
+    """The human summary of one run."""
+    ops, checks = res["operations"], res["checks"]
+    out = ["== lockbroker chaos: variant %s, seed %d: %.0f s of load and "
+           "faults (of %.0f s asked), %.0f s in all" % (
+               res["variant"], res["seed"], res["t_end"] - res["t0"],
+               res["duration"], res["run_time_s"])]
+    a = ops["acquires"]
+    out.append("operations: acquires ok %d, timeout %d, errors %s, "
+               "disconnected %d" % (
+                   a.get("ok", 0), a.get("timeout", 0),
+                   {k: v for k, v in a.items() if k.startswith("ERR")} or 0,
+                   a.get("disconnect", 0)))
+    out.append("  grants by kind %s; releases %s" % (ops["grants_by_kind"],
+                                                      ops["releases"]))
+    out.append("  EVENT LOST %s; holders woken past their deadline %d; "
+               "broken connections %d" % (
+                   ops["event_lost"], ops["holders_woken_past_deadline"],
+                   ops["broken_connections"]))
+    out.append("  writes accepted %d, stale writes rejected %d" % (
+        ops["writes_accepted"], ops["stale_writes_rejected"]))
+    out.append("  brokers' INFO (summed over restarts): %s" %
+               res["broker_stats"])
+    out.append("faults: %s" % dict(collections.Counter(
+        f["kind"] for f in res["faults"])))
+    out += fault_lines(res["faults"], res["t0"])
+    out.append("violations by checker:")
+    for name in CHECKERS:
+        if name in checks:
+            out += _checker_lines(name, checks[name])
+    ex = checks["overlaps"]["explained"]
+    out.append("explained overlaps: %d" % len(ex))
+    out += ["  " + l for l in ex[:SHOW_EXPLAINED]]
+    if len(ex) > SHOW_EXPLAINED:
+        out.append("  ... %d more in the JSON" % (len(ex) - SHOW_EXPLAINED))
+    out.append("liveness checks passed: %d of %d" % (
+        checks["liveness"]["passed"],
+        checks["liveness"]["passed"] + len(checks["liveness"]["violations"])))
+    if res.get("exit_codes"):
+        out.append("broker exit codes after SIGTERM: %s" % res["exit_codes"])
+    out.append("RESULT: %s" % ("PASS (no violation)" if res["ok"] else
+                               "FAIL (%d violations)" % res["violations"]))
+    return "\n".join(out)
+
+
+def _checker_lines(name, c):
+    """A checker's count, its notes, and its first violations."""
+    notes = {k: (len(v) if isinstance(v, list) else v) for k, v in c.items()
+             if k not in ("violations", "explained", "readings")}
+    head = "  %-13s %d%s" % (name, len(c["violations"]),
+                             "  (%s)" % notes if notes else "")
+    lines = [head] + ["      " + v for v in c["violations"][:SHOW]]
+    if len(c["violations"]) > SHOW:
+        lines.append("      ... %d more" % (len(c["violations"]) - SHOW))
+    if name == "resources":
+        for r in c["readings"]:
+            lines.append("      %s" % r)
+    return lines
