@@ -262,9 +262,14 @@ lock_answer_err(struct lock_req *req, enum proto_err err, const char *text)
 
 /* UNAVAILABLE and INTERNAL replies, the same for every request. */
 static void
-lock_answer_db_error(struct lock_req *req, enum lockdb_status st)
+lock_answer_db_error(struct lock_req *req, const struct lockdb_reply *r)
 {
-	if (st == LDB_UNAVAILABLE)
+	char text[64];
+
+	if (r->status == LDB_UNAVAILABLE && r->busy != NULL) {
+		snprintf(text, sizeof text, "Redis answered %s", r->busy);
+		lock_answer_err(req, PERR_UNAVAILABLE, text);
+	} else if (r->status == LDB_UNAVAILABLE)
 		lock_answer_err(
 		    req, PERR_UNAVAILABLE, "Redis did not answer in time");
 	else
@@ -879,7 +884,7 @@ lock_attempt_cb(const struct lockdb_reply *r, void *arg)
 		}
 	} else if (req->wait_ms == 0 || r->status == LDB_INTERNAL) {
 		lock_dequeue(req);
-		lock_answer_db_error(req, r->status);
+		lock_answer_db_error(req, r);
 	}
 	/* Redis trouble leaves a waiter queued: it waits to its deadline. */
 	if (!req->queued && !req->in_flight)
@@ -1122,7 +1127,7 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	} else {
 		if (r->status == LDB_UNAVAILABLE)
 			req->unsure = true;
-		lock_answer_db_error(req, r->status);
+		lock_answer_db_error(req, r);
 	}
 	lock_req_free(req);
 }
@@ -1228,7 +1233,7 @@ lock_release_done(
 	else {
 		if (r->status == LDB_UNAVAILABLE && !lk.stopping)
 			lock_remember_release(req);
-		lock_answer_db_error(req, r->status);
+		lock_answer_db_error(req, r);
 	}
 	lock_req_free(req);
 }
@@ -1269,7 +1274,7 @@ lock_handover_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_name *ln = next->ln;
 	/* Unanswered, it may have been granted: the head's own retry (same
 	 * token) finds out. */
-	struct lockdb_reply head = { r->status, r->fence, 0 };
+	struct lockdb_reply head = { r->status, r->fence, 0, r->busy };
 
 	/* The old hold goes first: the new one may carry the same token. */
 	req->next = NULL;
@@ -1332,7 +1337,7 @@ lock_extend_cb(const struct lockdb_reply *r, void *arg)
 		lock_drop_token(req->ln, req->token, req->owner, LOST_STOLEN);
 		lock_notheld(req);
 	} else
-		lock_answer_db_error(req, r->status);
+		lock_answer_db_error(req, r);
 	lock_req_free(req);
 }
 
@@ -1373,7 +1378,7 @@ lock_status_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_result res = { 0 };
 
 	if (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL) {
-		lock_answer_db_error(req, r->status);
+		lock_answer_db_error(req, r);
 		lock_req_free(req);
 		return;
 	}

@@ -114,18 +114,23 @@ lockdb_channel(void)
 	return ldb.channel;
 }
 
-/* Replies that mean "Redis cannot serve now", as opposed to a bug. */
-static bool
+/* Replies that mean "Redis cannot serve now", as opposed to a bug: the
+ * code word, or NULL. */
+static const char *
 lockdb_busy_error(const char *err)
 {
 	static const char *const busy[] = { "LOADING", "BUSY", "READONLY",
 		"MASTERDOWN", "OOM", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
 		"NOAUTH", "WRONGPASS" };
+	size_t n;
 
-	for (size_t i = 0; i < sizeof busy / sizeof busy[0]; i++)
-		if (strncmp(err, busy[i], strlen(busy[i])) == 0)
-			return true;
-	return false;
+	for (size_t i = 0; i < sizeof busy / sizeof busy[0]; i++) {
+		n = strlen(busy[i]);
+		if (strncmp(err, busy[i], n) == 0 &&
+		    (err[n] == ' ' || err[n] == '\0'))
+			return busy[i];
+	}
+	return NULL;
 }
 
 /* The scripts' array replies hold integers; v gets up to three. */
@@ -194,12 +199,12 @@ static void
 lockdb_reply_cb(const redisReply *r, void *arg)
 {
 	struct lockdb_req *req = arg;
-	struct lockdb_reply out = { LDB_UNAVAILABLE, 0, 0 };
+	struct lockdb_reply out = { LDB_UNAVAILABLE, 0, 0, NULL };
 
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {
 		log_warnx("redis: lock %s: %s", req->name, r->str);
-		out.status =
-		    lockdb_busy_error(r->str) ? LDB_UNAVAILABLE : LDB_INTERNAL;
+		out.busy = lockdb_busy_error(r->str);
+		out.status = out.busy != NULL ? LDB_UNAVAILABLE : LDB_INTERNAL;
 	} else if (r != NULL && !lockdb_parse(req->op, r, &out)) {
 		log_warnx("redis: lock %s: malformed script reply", req->name);
 		out.status = LDB_INTERNAL;

@@ -19,6 +19,7 @@ struct lockdb_reply {
 	enum lockdb_status status;
 	uint64_t fence; /* ACQUIRE, HANDOVER granted; STATUS held */
 	uint64_t pttl;	/* ACQUIRE refused: the holder's ms left; STATUS held */
+	const char *busy; /* UNAVAILABLE from an error reply: its code word */
 };
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);

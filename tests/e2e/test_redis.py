@@ -47,6 +47,19 @@ class Scripts(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE after"), r"^OK 1 ")
         self.assertIn("redis command: connection lost", self.broker.logtext())
 
+    def test_unavailable_names_what_redis_said(self):
+        from lbtest import free_port
+        a = self.client()
+        # A replica (of a master that is not there) refuses writes.
+        self.assertEqual(self.redis("REPLICAOF", "127.0.0.1",
+                                    str(free_port())), "OK")
+        try:
+            self.assertEqual(a.cmd("ACQUIRE ro WAIT 0"),
+                             "ERR UNAVAILABLE Redis answered READONLY")
+        finally:
+            self.assertEqual(self.redis("REPLICAOF", "NO", "ONE"), "OK")
+        self.assertRegex(a.cmd("ACQUIRE ro WAIT 0"), r"^OK ")
+
 
 class UnixAndDb(BrokerTest):
 
