@@ -1,0 +1,272 @@
+/*
+ * lockhold: what this broker's clients hold: a hold per granted lock, its
+ * validity on the monotonic clock (DESIGN.md §4), session leases renewed
+ * every lease/3, max_hold_ms, and EVENT LOST the moment a hold can no
+ * longer be trusted. A lost hold lets the name's queue try, through the
+ * callback given to lockhold_init.
+ */
+#include <sys/queue.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "lockdb.h"
+#include "lockhold.h"
+#include "lockrel.h"
+#include "lockreq.h"
+#include "log.h"
+#include "stats.h"
+#include "util.h"
+#include "xmalloc.h"
+
+static struct {
+	lockhold_kick_fn *kick;
+} hold;
+
+const char *const lockhold_lost_reasons[] = { "expired", "stolen",
+	"unavailable", "maxhold", "revoked" };
+
+/* EVENT LOST counters are indexed by reason: keep both lists in step. */
+_Static_assert(
+    STAT_lost_revoked_total - STAT_lost_expired_total == LOST_REVOKED,
+    "lost_*_total in stats.h must follow enum lock_lost");
+
+/* Re-arm the expiry timer for the hold's trusted end. */
+void
+lockhold_arm(struct lock_hold *h)
+{
+	uint64_t now = mono_ms();
+
+	lockreq_timer(h->expire_ev,
+	    h->valid_until_ms > now ? h->valid_until_ms - now : 0);
+}
+
+void
+lockhold_free(struct lock_hold *h)
+{
+	stats_observe(HIST_hold_seconds, mono_us() - h->granted_us);
+	TAILQ_REMOVE(&h->owner->holds, h, owner_entry);
+	h->owner->nholds--;
+	LIST_REMOVE(h, name_entry);
+	if (h->renewing != NULL)
+		h->renewing->hold = NULL;
+	event_free(h->expire_ev);
+	if (h->renew_ev != NULL)
+		event_free(h->renew_ev);
+	if (h->maxhold_ev != NULL)
+		event_free(h->maxhold_ev);
+	lockreq_name_unref(h->ln);
+	STAT_DEC(locks_held);
+	free(h);
+}
+
+struct lock_hold *
+lockhold_find(struct lock_owner *o, const char *name)
+{
+	struct lock_hold *h;
+
+	TAILQ_FOREACH(h, &o->holds, owner_entry)
+	if (strcmp(h->ln->name, name) == 0)
+		return h;
+	return NULL;
+}
+
+/*
+ * Whether a release on behalf of `except`'s owner would also take the lock
+ * from someone else here: another hold under the same token (a retried
+ * ACQUIRE on a new connection), or a same-token request still in flight.
+ */
+bool
+lockhold_token_busy(struct lock_name *ln, const char *token,
+    const struct lock_hold *except, const struct lock_owner *o)
+{
+	struct lock_hold *h;
+	struct lock_req *req;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (h != except && strcmp(h->token, token) == 0)
+		return true;
+	TAILQ_FOREACH(req, &ln->waiters, queue_entry)
+	if (req->owner != o && strcmp(req->token, token) == 0)
+		return true;
+	if (o != NULL && o->pending != NULL && o->pending->ln == ln &&
+	    strcmp(o->pending->token, token) == 0)
+		return true; /* its own ACQUIRE/EXTEND decides */
+	return false;
+}
+
+/*
+ * The hold is no longer ours to trust: tell its owner, forget it, and let
+ * the local queue try. A lease we gave up on is released in Redis too (it is
+ * still ours there until it runs out); a stolen one is not ours to touch.
+ */
+void
+lockhold_lost(struct lock_hold *h, enum lock_lost why)
+{
+	struct lock_owner *o = h->owner;
+	struct lock_name *ln = h->ln;
+	uint64_t fence = h->fence;
+
+	stats[STAT_lost_expired_total + why]++;
+	log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s", o->id,
+	    ln->name, fence, lockhold_lost_reasons[why]);
+	ln->refs++;
+	if (why != LOST_STOLEN && why != LOST_REVOKED &&
+	    !lockhold_token_busy(ln, h->token, h, o))
+		lockrel_release(
+		    ln->name, h->token, why == LOST_MAXHOLD, h->valid_until_ms);
+	lockhold_free(h);
+	o->ops->lost(o, ln->name, fence, lockhold_lost_reasons[why]);
+	hold.kick(ln);
+	lockreq_name_unref(ln);
+}
+
+static void
+lockhold_expire_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lock_hold *h = arg;
+
+	/* A session lease ends only when renewals stopped getting through. */
+	lockhold_lost(
+	    h, h->kind == LOCK_SESSION ? LOST_UNAVAILABLE : LOST_EXPIRED);
+}
+
+static void
+lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lockhold_lost(arg, LOST_MAXHOLD);
+}
+
+static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
+
+/* Every lease/3: push the session lease out again, compare-and-PEXPIRE. */
+static void
+lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lock_hold *h = arg;
+	struct lock_owner *o = h->owner;
+	struct lock_req *req;
+
+	/* Every third of the lease in force now (a reload may change it). */
+	lockreq_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
+	if (h->renewing != NULL)
+		return; /* the last one is still out; its answer decides */
+	if (o->pending != NULL && o->pending->ln == h->ln &&
+	    (o->pending->op == OP_ACQUIRE || o->pending->op == OP_EXTEND))
+		return; /* its own ACQUIRE or EXTEND sets the lease now */
+	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
+	req->hold = h;
+	req->in_flight = true;
+	h->renewing = req;
+	lockdb_extend(h->ln->name, h->token, (uint64_t)lk.cf->locks.lease_ms,
+	    lockhold_renew_cb, req);
+}
+
+static void
+lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_hold *h = req->hold;
+
+	if (h != NULL) {
+		h->renewing = NULL;
+		if (h->kind != LOCK_SESSION) {
+			/* Re-granted as a fixed lease meanwhile: not ours. */
+		} else if (r->status == LDB_OK) {
+			STAT_INC(renewals_total);
+			h->valid_until_ms = util_validity_end(req->start_ms,
+			    (uint64_t)lk.cf->locks.lease_ms,
+			    lk.cf->locks.clock_drift);
+			lockhold_arm(h);
+		} else if (r->status == LDB_NO) {
+			lockhold_lost(h, LOST_STOLEN);
+		} else {
+			/* Try again at the next tick; expiry decides. */
+			STAT_INC(renewal_failures_total);
+		}
+	}
+	lockreq_free(req);
+}
+
+static struct event *
+lockhold_event(struct lock_hold *h, event_callback_fn fn, bool persist)
+{
+	struct event *ev =
+	    event_new(lk.base, -1, persist ? EV_PERSIST : 0, fn, h);
+
+	if (ev == NULL)
+		fatalx("lock: event_new failed");
+	return ev;
+}
+
+/* A grant (or a same-token re-grant) becomes the owner's hold. */
+struct lock_hold *
+lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
+{
+	struct lock_hold *h = lockhold_find(o, req->ln->name);
+	uint64_t max_hold = (uint64_t)lk.cf->locks.max_hold_ms;
+
+	if (h == NULL) {
+		h = xcalloc(1, sizeof *h);
+		h->owner = o;
+		h->ln = req->ln;
+		h->ln->refs++;
+		h->granted_ms = req->start_ms;
+		h->granted_us = mono_us();
+		h->expire_ev = lockhold_event(h, lockhold_expire_cb, false);
+		TAILQ_INSERT_TAIL(&o->holds, h, owner_entry);
+		LIST_INSERT_HEAD(&h->ln->holds, h, name_entry);
+		o->nholds++;
+		STAT_INC(locks_held);
+		if (max_hold > 0) {
+			h->maxhold_ev =
+			    lockhold_event(h, lockhold_maxhold_cb, false);
+			lockreq_timer(h->maxhold_ev, max_hold);
+		}
+	}
+	h->kind = req->kind;
+	h->fence = fence;
+	h->ttl_ms = req->ttl_ms;
+	h->valid_until_ms = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	snprintf(h->token, sizeof h->token, "%s", req->token);
+	lockhold_arm(h);
+	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
+		h->renew_ev = lockhold_event(h, lockhold_renew_timer_cb, false);
+		lockreq_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
+	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
+		event_free(h->renew_ev);
+		h->renew_ev = NULL;
+	}
+	return h;
+}
+
+/* Forget every local hold of name under token, whichever owner has it. */
+void
+lockhold_drop_token(struct lock_name *ln, const char *token,
+    const struct lock_owner *o, enum lock_lost why)
+{
+	struct lock_hold *h, *next;
+
+	/* ln stays: the request that calls this holds a reference. */
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (strcmp(h->token, token) != 0)
+			continue;
+		if (h->owner == o)
+			lockhold_free(h); /* it hears it in its own answer */
+		else
+			lockhold_lost(h, why);
+	}
+}
+
+void
+lockhold_init(lockhold_kick_fn *kick)
+{
+	hold.kick = kick;
+}

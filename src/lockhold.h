@@ -1,0 +1,48 @@
+/*
+ * lockhold: the holds of this broker's clients: made at a grant, trusted
+ * until their validity ends, renewed (session locks), and lost with an
+ * EVENT LOST to their owner. Built on lockreq; calls nothing above it.
+ */
+#ifndef LB_LOCKHOLD_H
+#define LB_LOCKHOLD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lock.h"
+
+struct lock_name;
+struct lock_req;
+
+enum lock_lost {
+	LOST_EXPIRED,
+	LOST_STOLEN,
+	LOST_UNAVAILABLE,
+	LOST_MAXHOLD,
+	LOST_REVOKED,
+};
+extern const char *const lockhold_lost_reasons[];
+
+/* A hold of ln ended: the queue may try. */
+typedef void lockhold_kick_fn(struct lock_name *ln);
+void lockhold_init(lockhold_kick_fn *kick);
+
+/* A grant (or a same-token re-grant) becomes the owner's hold. */
+struct lock_hold *lockhold_set(
+    struct lock_owner *o, struct lock_req *req, uint64_t fence);
+/* o's hold of name, or NULL. */
+struct lock_hold *lockhold_find(struct lock_owner *o, const char *name);
+/* Re-arm the expiry timer for the hold's trusted end. */
+void lockhold_arm(struct lock_hold *h);
+void lockhold_free(struct lock_hold *h);
+/* Tell the owner, forget the hold, release what is still ours. */
+void lockhold_lost(struct lock_hold *h, enum lock_lost why);
+/* Forget every hold of ln under token; another owner's is lost (why). */
+void lockhold_drop_token(struct lock_name *ln, const char *token,
+    const struct lock_owner *o, enum lock_lost why);
+/* Whether a release for except's owner would take the lock from someone
+ * else here too (see lockhold.c). */
+bool lockhold_token_busy(struct lock_name *ln, const char *token,
+    const struct lock_hold *except, const struct lock_owner *o);
+
+#endif

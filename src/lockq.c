@@ -1,0 +1,456 @@
+/*
+ * lockq: waiting. Each name has a FIFO queue of this broker's waiting
+ * ACQUIREs, and only its head talks to Redis: at once when a release is
+ * seen (pub/sub, a local release or loss), when the holder's lease runs
+ * out, or after a jittered back-off. A RELEASE with a local head hands the
+ * lock over in one script. Built on lockreq, lockhold and lockrel.
+ */
+#include <sys/queue.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "chaos.h"
+#include "config.h"
+#include "lockdb.h"
+#include "lockhold.h"
+#include "lockq.h"
+#include "lockrel.h"
+#include "lockreq.h"
+#include "log.h"
+#include "redisc.h"
+#include "stats.h"
+#include "util.h"
+#include "xmalloc.h"
+
+static void lockq_retry_cb(evutil_socket_t fd, short what, void *arg);
+
+/* The head's next try in ms; the timer is made the first time it is. */
+static void
+lockq_retry_at(struct lock_name *ln, uint64_t ms)
+{
+	if (ln->retry_ev == NULL &&
+	    (ln->retry_ev = evtimer_new(lk.base, lockq_retry_cb, ln)) == NULL)
+		fatalx("lock: evtimer_new failed");
+	lockreq_timer(ln->retry_ev, ms);
+}
+
+void
+lockq_retry_stop(struct lock_name *ln)
+{
+	if (ln->retry_ev != NULL)
+		evtimer_del(ln->retry_ev);
+}
+
+void
+lockq_dequeue(struct lock_req *req)
+{
+	if (!req->queued)
+		return;
+	TAILQ_REMOVE(&req->ln->waiters, req, queue_entry);
+	req->queued = false;
+	lk.nwaiters--;
+	STAT_SET(waiters, lk.nwaiters);
+	if (req->deadline_ev != NULL)
+		evtimer_del(req->deadline_ev);
+}
+
+/* Nobody wants this acquire's answer any more; free it unless in Redis. */
+void
+lockq_abandon(struct lock_req *req)
+{
+	if (req->owner != NULL)
+		req->owner->pending = NULL;
+	req->owner = NULL;
+	lockq_dequeue(req);
+	if (!req->in_flight)
+		lockreq_free(req);
+}
+
+/*
+ * The head's next try: when the holder's lease runs out (pttl), or after a
+ * jittered back-off that doubles from retry_min_ms to retry_max_ms,
+ * whichever is first. A release announced meanwhile cuts it short.
+ */
+static void
+lockq_schedule(struct lock_name *ln, uint64_t pttl)
+{
+	uint64_t max = (uint64_t)lk.cf->locks.retry_max_ms;
+	uint64_t delay;
+
+	if (TAILQ_EMPTY(&ln->waiters))
+		return;
+	delay = util_random_range(ln->backoff_ms / 2 + 1, ln->backoff_ms);
+	ln->backoff_ms = ln->backoff_ms * 2 > max ? max : ln->backoff_ms * 2;
+	if (pttl < delay)
+		delay = pttl + 1;
+	lockq_retry_at(ln, delay);
+}
+
+static void
+lockq_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lock_name *ln = arg;
+
+	if (!ln->attempting)
+		lockq_attempt(ln);
+}
+
+/* A release of name was seen: the head tries at once. */
+void
+lockq_kick(struct lock_name *ln)
+{
+	if (TAILQ_EMPTY(&ln->waiters))
+		return;
+	ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+	if (ln->attempting) {
+		ln->kicked = true;
+		return;
+	}
+	lockq_retry_stop(ln);
+	lockq_attempt(ln);
+}
+
+void
+lockq_granted(struct lock_req *req, uint64_t fence)
+{
+	struct lock_result res = { .status = LOCK_OK };
+	struct lock_owner *o = req->owner;
+
+	STAT_INC(grants_total);
+	req->granted = true;
+	lockq_dequeue(req);
+	if (o == NULL) {
+		/* Asked for, then left or timed out: give it straight back,
+		 * unless it is a kept lock under the client's own token (it
+		 * can ask again with that token and learn the fence). */
+		if ((req->kind != LOCK_KEEP || req->own_token) &&
+		    !lockhold_token_busy(req->ln, req->token, NULL, NULL))
+			lockrel_release(req->ln->name, req->token, false,
+			    util_validity_end(req->start_ms, req->ttl_ms,
+				lk.cf->locks.clock_drift));
+		return;
+	}
+	if (chaos_fault == CHAOS_NO_FENCE)
+		fence = 1;
+	lockhold_set(o, req, fence);
+	res.fence = fence;
+	res.ttl_ms = req->ttl_ms;
+	res.token = req->token;
+	lockreq_answer(req, &res);
+}
+
+/* Whether a hold, or a request other than req, goes by token on ln. */
+static bool
+lockq_token_used(
+    struct lock_name *ln, const char *token, const struct lock_req *req)
+{
+	struct lock_hold *h;
+	struct lock_req *r;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (strcmp(h->token, token) == 0)
+		return true;
+	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
+	if (r != req && strcmp(r->token, token) == 0)
+		return true;
+	return false;
+}
+
+/*
+ * A grant whose answer came after its validity (DESIGN.md §4, counted from
+ * before the try was sent) had already ended is worth nothing: an OK now
+ * would hand the client a lock anyone may take at any moment. It goes back
+ * to Redis and the try counts as refused.
+ */
+static bool
+lockq_grant_late(struct lock_req *req)
+{
+	uint64_t end = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	uint64_t now = mono_ms();
+
+	if (end > now || chaos_fault == CHAOS_NO_VALIDITY)
+		return false;
+	STAT_INC(late_grants_total);
+	log_warnx("lock %s: granted %" PRIu64 " ms after asking, past its "
+		  "%" PRIu64 " ms lease; given back",
+	    req->ln->name, now - req->start_ms, req->ttl_ms);
+	if (!lockq_token_used(req->ln, req->token, req))
+		lockrel_release(req->ln->name, req->token, false, end);
+	return true;
+}
+
+/*
+ * redis.wait_replicas: a grant counts only once that many replicas have
+ * it, so a failover cannot hand out its fence again. Otherwise it is
+ * released and the client told ERR UNAVAILABLE.
+ */
+static void
+lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_name *ln = req->ln;
+	struct lockdb_reply granted = { LDB_OK, req->fence, 0 };
+	int want = lk.cf->redis.wait_replicas;
+
+	if (r->status == LDB_OK && r->fence >= (uint64_t)want) {
+		lockq_attempt_cb(&granted, req);
+		return;
+	}
+	log_warnx("lock %s: granted, but %" PRIu64 " of %d replicas have it; "
+		  "released",
+	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
+	ln->refs++;
+	ln->attempting = false;
+	req->in_flight = false;
+	lockrel_release(ln->name, req->token, false,
+	    util_validity_end(
+		req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
+	lockq_dequeue(req);
+	lockreq_answer_err(req, PERR_UNAVAILABLE,
+	    "the grant did not reach redis.wait_replicas replicas in time");
+	lockreq_free(req);
+	lockq_schedule(ln, 0);
+	lockreq_name_unref(ln);
+}
+
+static void
+lockq_replicate(struct lock_req *req, uint64_t fence)
+{
+	req->replicating = true;
+	req->fence = fence;
+	lockdb_wait(req->ln->name, lk.cf->redis.wait_replicas,
+	    (uint64_t)lk.cf->redis.command_timeout_ms / 2, lockq_replicas_cb,
+	    req);
+}
+
+void
+lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_name *ln = req->ln;
+	uint64_t next = UINT64_MAX;
+
+	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
+	    !req->replicating) {
+		lockq_replicate(req, r->fence);
+		return;
+	}
+	ln->refs++;
+	ln->attempting = false;
+	req->in_flight = false;
+	if (r->status == LDB_UNAVAILABLE)
+		req->unsure = true;
+	if (r->status == LDB_OK && lockq_grant_late(req)) {
+		next = 0; /* given back: the head tries again at once */
+		if (req->owner == NULL || req->wait_ms == 0) {
+			lockq_dequeue(req);
+			lockreq_answer_err(req, PERR_UNAVAILABLE,
+			    "the grant came after its lease ended; Redis is "
+			    "slow");
+		}
+	} else if (r->status == LDB_OK) {
+		lockq_granted(req, r->fence);
+		next = req->ttl_ms; /* ours now: the rest wait for it */
+	} else if (req->owner == NULL) {
+		lockq_dequeue(req); /* freed below */
+	} else if (r->status == LDB_NO) {
+		next = r->pttl;
+		if (req->wait_ms == 0) {
+			STAT_INC(timeouts_total);
+			lockq_dequeue(req);
+			lockreq_answer_status(req, LOCK_TIMEOUT);
+		}
+	} else if (req->wait_ms == 0 || r->status == LDB_INTERNAL) {
+		lockq_dequeue(req);
+		lockreq_answer_db_error(req, r);
+	}
+	/* Redis trouble leaves a waiter queued: it waits to its deadline. */
+	if (!req->queued && !req->in_flight)
+		lockreq_free(req);
+	if (ln->kicked)
+		lockq_kick(ln);
+	else
+		lockq_schedule(ln, next);
+	lockreq_name_unref(ln);
+}
+
+/*
+ * How long a refused waiter marks its name as waited for, so that a
+ * release anywhere is announced: past its next try (the head tries at
+ * least every retry_max_ms), with room for a slow reply. A try-once
+ * waits for no announcement.
+ */
+static uint64_t
+lockq_mark_ms(const struct lock_req *req)
+{
+	if (req->wait_ms == 0)
+		return 0;
+	return 2 * (uint64_t)lk.cf->locks.retry_max_ms +
+	    (uint64_t)lk.cf->redis.command_timeout_ms;
+}
+
+/* Only the head of a queue talks to Redis. */
+void
+lockq_attempt(struct lock_name *ln)
+{
+	struct lock_req *req = TAILQ_FIRST(&ln->waiters);
+
+	if (req == NULL || ln->attempting)
+		return;
+	ln->attempting = true;
+	ln->kicked = false;
+	req->in_flight = true;
+	req->tries++;
+	req->start_ms = mono_ms();
+	lockdb_acquire(ln->name, req->token, req->ttl_ms, lockq_mark_ms(req),
+	    lockq_attempt_cb, req);
+}
+
+/* WAIT ran out: TIMEOUT now; an attempt still in Redis is undone later. */
+static void
+lockq_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct lock_req *req = arg;
+
+	STAT_INC(timeouts_total);
+	lockq_dequeue(req);
+	lockreq_answer_status(req, LOCK_TIMEOUT);
+	if (!req->in_flight)
+		lockreq_free(req);
+}
+
+/* How long a hold here under another token stays valid; 0 if none. */
+static uint64_t
+lockq_local_hold_left(struct lock_name *ln, const char *token)
+{
+	struct lock_hold *h;
+	uint64_t now = mono_ms(), left = 0;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	{
+		if (strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
+		    h->valid_until_ms - now > left)
+			left = h->valid_until_ms - now;
+	}
+	return left;
+}
+
+/*
+ * A new head asks Redis at once, unless a client of ours holds the name:
+ * then Redis would only refuse, and the hold's release hands the lock over
+ * (one round trip) or its loss kicks the queue. A try still comes after
+ * retry_max_ms, in case the hold was released through another broker.
+ */
+static void
+lockq_first_try(struct lock_name *ln, struct lock_req *req)
+{
+	uint64_t left = 0, max = (uint64_t)lk.cf->locks.retry_max_ms;
+
+	if (req->wait_ms != 0)
+		left = lockq_local_hold_left(ln, req->token);
+	if (left == 0)
+		lockq_attempt(ln);
+	else
+		lockq_retry_at(ln, left < max ? left + 1 : max);
+}
+
+void
+lockq_enqueue(struct lock_req *req)
+{
+	struct lock_name *ln = req->ln;
+
+	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
+	req->queued = true;
+	lk.nwaiters++;
+	STAT_SET(waiters, lk.nwaiters);
+	if (req->wait_ms > 0) {
+		req->deadline_ev = evtimer_new(lk.base, lockq_deadline_cb, req);
+		if (req->deadline_ev == NULL)
+			fatalx("lock: evtimer_new failed");
+		lockreq_timer(req->deadline_ev, (uint64_t)req->wait_ms);
+	}
+	if (TAILQ_FIRST(&ln->waiters) == req && !ln->attempting) {
+		ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+		lockq_retry_stop(ln);
+		lockq_first_try(ln, req);
+	}
+}
+
+/* Another broker released a name: its waiters here may go. */
+static void
+lockq_message_cb(const char *msg, size_t len, void *arg)
+{
+	char name[PROTO_NAME_MAX + 1];
+	struct lock_name *ln;
+
+	if (msg == NULL) {
+		/* (Re)subscribed: releases may have been missed meanwhile. */
+		for (size_t i = 0; i < lk.nbuckets; i++)
+			LIST_FOREACH(ln, &lk.buckets[i], entry)
+		if (!TAILQ_EMPTY(&ln->waiters))
+			lockq_retry_at(ln, 0);
+		return;
+	}
+	if (len == 0 || len > PROTO_NAME_MAX)
+		return;
+	memcpy(name, msg, len);
+	name[len] = '\0';
+	if ((ln = lockreq_name_find(name)) != NULL)
+		lockq_kick(ln);
+}
+
+/*
+ * A release with a local head waiter that has no try of its own in Redis
+ * grants to it in the same script (lockdb_handover): one round trip, and
+ * the lock is never free for anyone to slip in between. The head's side
+ * of the answer is an attempt's answer.
+ */
+struct lock_req *
+lockq_handover_claim(struct lock_name *ln)
+{
+	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
+
+	if (next == NULL || ln->attempting || lk.stopping ||
+	    chaos_fault == CHAOS_BLIND_RELEASE)
+		return NULL;
+	lockq_retry_stop(ln);
+	ln->attempting = true;
+	ln->kicked = false;
+	next->in_flight = true;
+	next->tries++;
+	next->start_ms = mono_ms();
+	return next;
+}
+
+/* A graceful stop: every waiter here is told ERR SHUTDOWN. */
+void
+lockq_stop(void)
+{
+	struct lock_name *ln, *next;
+	struct lock_req *req;
+
+	for (size_t i = 0; i < lk.nbuckets; i++) {
+		for (ln = LIST_FIRST(&lk.buckets[i]); ln != NULL; ln = next) {
+			ln->refs++;
+			while ((req = TAILQ_FIRST(&ln->waiters)) != NULL) {
+				lockreq_answer_err(req, PERR_SHUTDOWN,
+				    "the broker is stopping");
+				lockq_abandon(req);
+			}
+			next = LIST_NEXT(ln, entry);
+			lockreq_name_unref(ln);
+		}
+	}
+}
+
+void
+lockq_init(void)
+{
+	redisc_subscribe(lockdb_channel(), lockq_message_cb, NULL);
+}

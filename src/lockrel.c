@@ -1,0 +1,209 @@
+/*
+ * lockrel: releases nobody waits for, and the ones Redis did not hear of.
+ * The list of owed releases is bounded by limits.max_waiters; past that
+ * the oldest is left to its lease, which ends it anyway.
+ */
+#include <sys/queue.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "lockdb.h"
+#include "lockrel.h"
+#include "log.h"
+#include "proto.h"
+#include "redisc.h"
+#include "stats.h"
+#include "util.h"
+#include "xmalloc.h"
+
+/* A release in Redis, or owed to it. */
+struct lockrel {
+	TAILQ_ENTRY(lockrel) entry; /* in rel.owed while owed */
+	uint64_t lease_end_ms;	    /* 0: unknown, ask Redis */
+	char token[PROTO_TOKEN_MAX + 1];
+	char name[];
+};
+
+static struct {
+	const struct config *cf;
+	lockrel_released_fn *released;
+	TAILQ_HEAD(, lockrel) owed;
+	unsigned nowed;
+	struct event *retry_ev; /* try the owed ones again while any are left */
+	bool stopping;
+} rel;
+
+static struct lockrel *
+lockrel_new(const char *name, const char *token, uint64_t lease_end_ms)
+{
+	size_t len = strlen(name);
+	struct lockrel *r = xcalloc(1, sizeof *r + len + 1);
+
+	memcpy(r->name, name, len + 1);
+	snprintf(r->token, sizeof r->token, "%s", token);
+	r->lease_end_ms = lease_end_ms;
+	return r;
+}
+
+static void
+lockrel_retry_later(void)
+{
+	uint64_t ms = (uint64_t)rel.cf->redis.command_timeout_ms;
+	struct timeval tv = { (time_t)(ms / 1000),
+		(suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(rel.retry_ev, &tv);
+}
+
+/* Keep r to do when Redis is back; r is the list's now. */
+static void
+lockrel_owe(struct lockrel *r)
+{
+	struct lockrel *old;
+
+	TAILQ_INSERT_TAIL(&rel.owed, r, entry);
+	/* Redis may answer again without a reconnect (it was only slow). */
+	if (!evtimer_pending(rel.retry_ev, NULL))
+		lockrel_retry_later();
+	log_info("lock %s: Redis unavailable; will release it when Redis is "
+		 "back",
+	    r->name);
+	if (++rel.nowed > (unsigned)rel.cf->limits.max_waiters) {
+		old = TAILQ_FIRST(&rel.owed);
+		TAILQ_REMOVE(&rel.owed, old, entry);
+		rel.nowed--;
+		log_warnx("lock %s: too many releases waiting for Redis; this "
+			  "one is left to its lease",
+		    old->name);
+		free(old);
+	}
+}
+
+void
+lockrel_remember(const char *name, const char *token, uint64_t lease_end_ms)
+{
+	lockrel_owe(lockrel_new(name, token, lease_end_ms));
+}
+
+static void
+lockrel_done_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lockrel *req = arg;
+
+	if (r->status == LDB_OK) {
+		STAT_INC(releases_total);
+		rel.released(req->name);
+	} else if (r->status == LDB_UNAVAILABLE && !rel.stopping) {
+		lockrel_owe(req);
+		return;
+	}
+	free(req);
+}
+
+/* Release for nobody in particular; a vanished holder's lock is kept for
+ * lock_delay_ms instead (Chubby's lock-delay), by shortening its lease. */
+void
+lockrel_release(
+    const char *name, const char *token, bool vanished, uint64_t lease_end_ms)
+{
+	struct lockrel *req = lockrel_new(name, token, lease_end_ms);
+	uint64_t delay = (uint64_t)rel.cf->locks.lock_delay_ms;
+
+	if (vanished && delay > 0)
+		lockdb_extend(name, token, delay, lockrel_done_cb, req);
+	else
+		lockdb_release(name, token, lockrel_done_cb, req);
+}
+
+/* An owed release, done late: say whether it was still needed. */
+static void
+lockrel_late_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lockrel *req = arg;
+
+	if (r->status == LDB_OK) {
+		STAT_INC(releases_total);
+		log_info("lock %s: released after Redis came back", req->name);
+		rel.released(req->name);
+	} else if (r->status == LDB_NO)
+		log_info("lock %s: its lease ran out before Redis came back",
+		    req->name);
+	else {
+		lockrel_owe(req);
+		return;
+	}
+	free(req);
+}
+
+/* Redis is back (or was only slow): do the releases we owe. */
+static void
+lockrel_redis_up(void *arg)
+{
+	struct lockrel *r;
+	uint64_t now = mono_ms();
+
+	if (!redisc_up()) {
+		if (!TAILQ_EMPTY(&rel.owed))
+			lockrel_retry_later();
+		return;
+	}
+	while ((r = TAILQ_FIRST(&rel.owed)) != NULL) {
+		TAILQ_REMOVE(&rel.owed, r, entry);
+		rel.nowed--;
+		if (r->lease_end_ms != 0 && now >= r->lease_end_ms) {
+			log_info("lock %s: its lease ran out before Redis came "
+				 "back",
+			    r->name);
+			free(r);
+		} else
+			lockdb_release(r->name, r->token, lockrel_late_cb, r);
+	}
+}
+
+static void
+lockrel_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lockrel_redis_up(NULL);
+}
+
+void
+lockrel_init(struct event_base *base, const struct config *cf,
+    lockrel_released_fn *released)
+{
+	memset(&rel, 0, sizeof rel);
+	rel.cf = cf;
+	rel.released = released;
+	TAILQ_INIT(&rel.owed);
+	rel.retry_ev = evtimer_new(base, lockrel_retry_cb, NULL);
+	if (rel.retry_ev == NULL)
+		fatalx("lock: evtimer_new failed");
+	redisc_on_connect(lockrel_redis_up, NULL);
+}
+
+void
+lockrel_stop(void)
+{
+	rel.stopping = true;
+}
+
+void
+lockrel_shutdown(void)
+{
+	struct lockrel *r;
+
+	while ((r = TAILQ_FIRST(&rel.owed)) != NULL) {
+		TAILQ_REMOVE(&rel.owed, r, entry);
+		log_warnx("lock %s: never released (Redis unavailable); its "
+			  "lease will end it",
+		    r->name);
+		free(r);
+	}
+	if (rel.retry_ev != NULL)
+		event_free(rel.retry_ev);
+	rel.retry_ev = NULL;
+}

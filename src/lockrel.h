@@ -1,0 +1,36 @@
+/*
+ * lockrel: releases nobody waits for. A lock whose holder went away, a
+ * grant nobody wants any more, a lease given up on: released in Redis (or,
+ * for a holder that vanished, kept for locks.lock_delay_ms), and when Redis
+ * does not hear of it, remembered and done when Redis is back. It calls
+ * nothing of the engine above it: a release that went through is reported
+ * through the callback given to lockrel_init.
+ */
+#ifndef LB_LOCKREL_H
+#define LB_LOCKREL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct event_base;
+struct config;
+
+/* name was released in Redis: its waiters here may try. */
+typedef void lockrel_released_fn(const char *name);
+
+void lockrel_init(struct event_base *base, const struct config *cf,
+    lockrel_released_fn *released);
+/* Release name under token; vanished: apply the lock delay instead.
+ * lease_end_ms (monotonic, 0 if unknown) bounds how long it is worth
+ * retrying if Redis does not answer. */
+void lockrel_release(
+    const char *name, const char *token, bool vanished, uint64_t lease_end_ms);
+/* Redis did not hear of a release: do it when Redis is back. */
+void lockrel_remember(
+    const char *name, const char *token, uint64_t lease_end_ms);
+/* A graceful stop: what fails from now on is left to its lease. */
+void lockrel_stop(void);
+/* Forget what is still owed, saying so. */
+void lockrel_shutdown(void);
+
+#endif

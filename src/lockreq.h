@@ -1,0 +1,115 @@
+/*
+ * lockreq: what the engine's parts share, at the bottom of them: the name
+ * table (per name, the holds and the queue of waiting requests here), the
+ * request records, and answering a request's owner once. lockhold, lockq
+ * and lock build on it; it calls none of them.
+ */
+#ifndef LB_LOCKREQ_H
+#define LB_LOCKREQ_H
+
+#include <sys/queue.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lock.h"
+#include "lockdb.h"
+#include "proto.h"
+
+struct event;
+struct event_base;
+struct config;
+
+enum lock_op {
+	OP_ACQUIRE,
+	OP_RELEASE,
+	OP_EXTEND,
+	OP_STATUS,
+	OP_VALIDATE,
+	OP_RENEW, /* a session lease, for its hold */
+};
+
+/*
+ * One request. An ACQUIRE is also a waiter: it sits in its name's queue
+ * until granted, refused (WAIT 0), or its deadline. A request never frees
+ * while lockdb holds it (in_flight); its owner may leave meanwhile.
+ */
+struct lock_req {
+	TAILQ_ENTRY(lock_req) queue_entry;
+	enum lock_op op;
+	struct lock_owner *owner; /* NULL once nobody waits for the answer */
+	struct lock_name *ln;	  /* referenced */
+	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
+	struct lock_req *next;	  /* OP_RELEASE: the waiter handed it */
+	char token[PROTO_TOKEN_MAX + 1];
+	bool own_token; /* the broker made it: nobody else knows it */
+	unsigned tries; /* attempts sent, for an ACQUIRE */
+	bool unsure;	/* an attempt got no answer: it may have been granted */
+	bool granted;
+	bool replicating; /* granted in Redis; WAITing for the replicas */
+	bool queued;
+	bool in_flight;
+	enum lock_kind kind;
+	uint64_t ttl_ms;
+	uint64_t fence; /* OP_VALIDATE */
+	int64_t wait_ms;
+	uint64_t start_ms;     /* monotonic, read before sending */
+	uint64_t created_us;   /* for the wait-time histogram */
+	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
+	struct event *deadline_ev;
+};
+
+/* Per name: the local holds and the local queue, alive while referenced. */
+struct lock_name {
+	LIST_ENTRY(lock_name) entry;
+	LIST_HEAD(, lock_hold) holds;
+	TAILQ_HEAD(, lock_req) waiters;
+	unsigned refs;
+	struct event *retry_ev; /* the head's next attempt; made when needed */
+	uint64_t backoff_ms;
+	bool attempting; /* the head's attempt is in Redis */
+	bool kicked;	 /* a release was seen while it was */
+	char name[];
+};
+LIST_HEAD(lock_bucket, lock_name);
+
+/* The engine's state, shared by its parts. */
+struct lock_engine {
+	struct event_base *base;
+	const struct config *cf;
+	struct lock_bucket *buckets;
+	size_t nbuckets;
+	size_t nnames;
+	unsigned nwaiters;
+	bool stopping; /* SIGTERM: no more waiting */
+};
+extern struct lock_engine lk;
+
+void lockreq_init(struct event_base *base, const struct config *cf);
+void lockreq_shutdown(void);
+
+/* The entry for name, or NULL; _ref makes it if needed and refers to it. */
+struct lock_name *lockreq_name_find(const char *name);
+struct lock_name *lockreq_name_ref(const char *name);
+void lockreq_name_unref(struct lock_name *ln);
+
+/* A request by o (or nobody) on name; it becomes o's pending one. */
+struct lock_req *lockreq_new(
+    enum lock_op op, struct lock_owner *o, const char *name, const char *token);
+void lockreq_free(struct lock_req *req);
+
+/* Answer the owner, once; the request itself may live on in Redis. */
+void lockreq_answer(struct lock_req *req, const struct lock_result *res);
+void lockreq_answer_status(struct lock_req *req, enum lock_status st);
+void lockreq_set_err(
+    struct lock_result *res, enum proto_err err, const char *text);
+void lockreq_answer_err(
+    struct lock_req *req, enum proto_err err, const char *text);
+/* UNAVAILABLE and INTERNAL replies, the same for every request. */
+void lockreq_answer_db_error(
+    struct lock_req *req, const struct lockdb_reply *r);
+
+/* A one-shot timer ms from now. */
+void lockreq_timer(struct event *ev, uint64_t ms);
+
+#endif
