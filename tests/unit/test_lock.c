@@ -1,0 +1,167 @@
+/*
+ * test_lock: the lock engine's base, lockreq, with no network: the name
+ * table (references, growth, lookup) and a request's owner answered
+ * exactly once, whatever happens to the request afterwards.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "lock.h"
+#include "lockreq.h"
+#include "redisc.h"
+
+static struct config cf;
+static struct event_base *base;
+static int done_calls;
+static struct lock_result last;
+static char last_text[128]; /* errtext lives only during the callback */
+
+static void
+owner_done(struct lock_owner *o, const struct lock_result *res)
+{
+	done_calls++;
+	last = *res;
+	snprintf(last_text, sizeof last_text, "%s",
+	    res->errtext != NULL ? res->errtext : "");
+}
+
+static void
+owner_lost(
+    struct lock_owner *o, const char *name, uint64_t fence, const char *reason)
+{
+	ck_abort_msg("nothing is held here");
+}
+
+static const struct lock_owner_ops ops = { owner_done, owner_lost };
+
+static void
+setup(void)
+{
+	config_defaults(&cf);
+	base = event_base_new();
+	redisc_init(base, &cf.redis);
+	lock_init(base, &cf);
+	done_calls = 0;
+}
+
+static void
+teardown(void)
+{
+	lock_shutdown();
+	redisc_stop();
+	event_base_free(base);
+	config_free(&cf);
+}
+
+/* Thousands of names: each found while referred to, gone after, and the
+ * table grows past its first 64 buckets without losing any. */
+START_TEST(test_name_table)
+{
+	enum { N = 5000 };
+	static struct lock_name *ln[N];
+	char name[32];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "n%d", i);
+		ln[i] = lockreq_name_ref(name);
+		ck_assert_str_eq(ln[i]->name, name);
+	}
+	ck_assert_uint_eq(lk.nnames, N);
+	ck_assert_uint_ge(lk.nbuckets, N);
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "n%d", i);
+		ck_assert_ptr_eq(lockreq_name_find(name), ln[i]);
+		/* A second reference is the same entry. */
+		ck_assert_ptr_eq(lockreq_name_ref(name), ln[i]);
+		ck_assert_uint_eq(ln[i]->refs, 2);
+		lockreq_name_unref(ln[i]);
+	}
+	ck_assert_ptr_null(lockreq_name_find("n-none"));
+	for (int i = 0; i < N; i++)
+		lockreq_name_unref(ln[i]);
+	ck_assert_uint_eq(lk.nnames, 0);
+	ck_assert_ptr_null(lockreq_name_find("n0"));
+}
+END_TEST
+
+/* A request is its owner's pending one until answered, once. */
+START_TEST(test_answer_once)
+{
+	struct lock_owner o;
+	struct lock_req *req;
+
+	lock_owner_init(&o, 1, &ops);
+	req = lockreq_new(OP_STATUS, &o, "a", NULL);
+	ck_assert_ptr_eq(o.pending, req);
+	ck_assert_ptr_eq(req->ln, lockreq_name_find("a"));
+	lockreq_answer_status(req, LOCK_FREE);
+	ck_assert_int_eq(done_calls, 1);
+	ck_assert_int_eq(last.status, LOCK_FREE);
+	ck_assert_ptr_null(o.pending);
+	ck_assert_ptr_null(req->owner);
+	/* Late news for it (Redis answering after all) reaches nobody. */
+	lockreq_answer_err(req, PERR_UNAVAILABLE, "late");
+	ck_assert_int_eq(done_calls, 1);
+	lockreq_free(req);
+	ck_assert_ptr_null(lockreq_name_find("a"));
+	lock_owner_gone(&o, false);
+}
+END_TEST
+
+/* Redis's error words reach the client's line; anything else is INTERNAL. */
+START_TEST(test_db_errors)
+{
+	struct lockdb_reply busy = { LDB_UNAVAILABLE, 0, 0, "READONLY" };
+	struct lockdb_reply slow = { LDB_UNAVAILABLE, 0, 0, NULL };
+	struct lockdb_reply odd = { LDB_INTERNAL, 0, 0, NULL };
+	const struct lockdb_reply *r[] = { &busy, &slow, &odd };
+	const char *want[] = { "Redis answered READONLY",
+		"Redis did not answer in time", "unexpected reply from Redis" };
+	enum proto_err code[] = { PERR_UNAVAILABLE, PERR_UNAVAILABLE,
+		PERR_INTERNAL };
+	struct lock_owner o;
+
+	lock_owner_init(&o, 2, &ops);
+	for (int i = 0; i < 3; i++) {
+		struct lock_req *req = lockreq_new(OP_EXTEND, &o, "b", "t");
+
+		lockreq_answer_db_error(req, r[i]);
+		ck_assert_int_eq(last.status, LOCK_ERR);
+		ck_assert_int_eq(last.err, code[i]);
+		ck_assert_str_eq(last_text, want[i]);
+		lockreq_free(req);
+	}
+	ck_assert_int_eq(done_calls, 3);
+}
+END_TEST
+
+static Suite *
+lock_suite(void)
+{
+	Suite *s = suite_create("lock");
+	TCase *tc = tcase_create("lockreq");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_name_table);
+	tcase_add_test(tc, test_answer_once);
+	tcase_add_test(tc, test_db_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(lock_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
