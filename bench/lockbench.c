@@ -48,6 +48,7 @@
 #include <sys/types.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -277,7 +278,22 @@ parse_long(const char *opt, const char *s, long min, long max)
 	return v;
 }
 
-/* HOST:PORT (or [V6]:PORT) to a socket address, resolved once up front. */
+/* A path (with a '/') is a Unix socket: the sidecar's way to the broker. */
+static void
+parse_unix_addr(struct bench *b, const char *path)
+{
+	struct sockaddr_un *sun = (struct sockaddr_un *)&b->sa;
+
+	if (strlen(path) >= sizeof sun->sun_path)
+		fatalx("address '%s': path too long", path);
+	memset(sun, 0, sizeof *sun);
+	sun->sun_family = AF_UNIX;
+	strcpy(sun->sun_path, path);
+	b->salen = sizeof *sun;
+}
+
+/* HOST:PORT (or [V6]:PORT, or a Unix socket's path) to a socket address,
+ * resolved once up front. */
 static void
 parse_addr(struct bench *b, const char *arg)
 {
@@ -287,6 +303,10 @@ parse_addr(struct bench *b, const char *arg)
 	size_t hl;
 	int rc;
 
+	if (strchr(arg, '/') != NULL) {
+		parse_unix_addr(b, arg);
+		return;
+	}
 	if (colon == NULL || colon == arg || colon[1] == '\0')
 		fatalx("address '%s': want HOST:PORT", arg);
 	hl = (size_t)(colon - arg);
@@ -808,8 +828,9 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	int one = 1;
 
 	if (what & BEV_EVENT_CONNECTED) {
-		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY,
-		    &one, sizeof one);
+		if (b->sa.ss_family != AF_UNIX)
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP,
+			    TCP_NODELAY, &one, sizeof one);
 		if (++b->connected == b->nconns)
 			bench_setup(b);
 		else
@@ -1219,7 +1240,8 @@ static void __attribute__((noreturn)) usage(int status)
 {
 	fprintf(status == 0 ? stdout : stderr,
 	    "usage: lockbench (--broker | --redis) HOST:PORT [options]\n"
-	    "  --broker HOST:PORT  measure lockbrokerd (its line protocol)\n"
+	    "  --broker HOST:PORT  measure lockbrokerd (its line protocol);\n"
+	    "                      a path with a '/' is a Unix socket\n"
 	    "  --redis HOST:PORT   measure the direct-Redis client (SET NX "
 	    "PX, Lua release)\n"
 	    "  -s, --scenario S    uncontended | contended | handoff | scale\n"
