@@ -234,7 +234,7 @@ lock_release_done(
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
 	else {
-		if (r->status == LDB_UNAVAILABLE && !lk.stopping)
+		if (r->status == LDB_UNAVAILABLE)
 			lockrel_remember(
 			    req->ln->name, req->token, req->lease_end_ms);
 		lockreq_answer_db_error(req, r);

@@ -28,7 +28,7 @@ static struct {
 	lockhold_kick_fn *kick;
 } hold;
 
-const char *const lockhold_lost_reasons[] = { "expired", "stolen",
+static const char *const lockhold_lost_reasons[] = { "expired", "stolen",
 	"unavailable", "maxhold", "revoked" };
 
 /* EVENT LOST counters are indexed by reason: keep both lists in step. */
@@ -105,7 +105,7 @@ lockhold_token_busy(struct lock_name *ln, const char *token,
  * the local queue try. A lease we gave up on is released in Redis too (it is
  * still ours there until it runs out); a stolen one is not ours to touch.
  */
-void
+static void
 lockhold_lost(struct lock_hold *h, enum lock_lost why)
 {
 	struct lock_owner *o = h->owner;

@@ -1,7 +1,8 @@
 /*
  * lockhold: the holds of this broker's clients: made at a grant, trusted
  * until their validity ends, renewed (session locks), and lost with an
- * EVENT LOST to their owner. Built on lockreq; calls nothing above it.
+ * EVENT LOST to their owner. Built on lockreq and lockrel; calls nothing
+ * above them.
  */
 #ifndef LB_LOCKHOLD_H
 #define LB_LOCKHOLD_H
@@ -21,7 +22,6 @@ enum lock_lost {
 	LOST_MAXHOLD,
 	LOST_REVOKED,
 };
-extern const char *const lockhold_lost_reasons[];
 
 /* A hold of ln ended: the queue may try. */
 typedef void lockhold_kick_fn(struct lock_name *ln);
@@ -35,8 +35,6 @@ struct lock_hold *lockhold_find(struct lock_owner *o, const char *name);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);
-/* Tell the owner, forget the hold, release what is still ours. */
-void lockhold_lost(struct lock_hold *h, enum lock_lost why);
 /* Forget every hold of ln under token; another owner's is lost (why). */
 void lockhold_drop_token(struct lock_name *ln, const char *token,
     const struct lock_owner *o, enum lock_lost why);

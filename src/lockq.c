@@ -46,7 +46,7 @@ lockq_retry_stop(struct lock_name *ln)
 		evtimer_del(ln->retry_ev);
 }
 
-void
+static void
 lockq_dequeue(struct lock_req *req)
 {
 	if (!req->queued)

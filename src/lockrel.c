@@ -87,7 +87,8 @@ lockrel_owe(struct lockrel *r)
 void
 lockrel_remember(const char *name, const char *token, uint64_t lease_end_ms)
 {
-	lockrel_owe(lockrel_new(name, token, lease_end_ms));
+	if (!rel.stopping)
+		lockrel_owe(lockrel_new(name, token, lease_end_ms));
 }
 
 static void

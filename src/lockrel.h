@@ -25,10 +25,12 @@ void lockrel_init(struct event_base *base, const struct config *cf,
  * retrying if Redis does not answer. */
 void lockrel_release(
     const char *name, const char *token, bool vanished, uint64_t lease_end_ms);
-/* Redis did not hear of a release: do it when Redis is back. */
+/* Redis did not hear of a release: do it when Redis is back (unless
+ * stopping: then its lease ends it). */
 void lockrel_remember(
     const char *name, const char *token, uint64_t lease_end_ms);
-/* A graceful stop: what fails from now on is left to its lease. */
+/* A graceful stop: a release Redis does not hear of from now on is left
+ * to its lease (one already owed is still tried while the loop runs). */
 void lockrel_stop(void);
 /* Forget what is still owed, saying so. */
 void lockrel_shutdown(void);

@@ -1,5 +1,5 @@
 /*
- * lockreq: the bottom of the lock engine: the name table, request records,
+ * lockreq: the lock engine's common records: the name table, requests,
  * and answering a request's owner exactly once.
  */
 #include <sys/queue.h>
@@ -118,7 +118,7 @@ lockreq_free(struct lock_req *req)
 	/* An attempt Redis may have granted unseen is undone when it can be:
 	 * the token is this request's alone unless the client chose it. */
 	if (req->op == OP_ACQUIRE && req->unsure && !req->granted &&
-	    req->own_token && !lk.stopping)
+	    req->own_token)
 		lockrel_remember(
 		    req->ln->name, req->token, req->start_ms + req->ttl_ms);
 	if (req->deadline_ev != NULL)

@@ -1,8 +1,9 @@
 /*
- * lockreq: what the engine's parts share, at the bottom of them: the name
- * table (per name, the holds and the queue of waiting requests here), the
- * request records, and answering a request's owner once. lockhold, lockq
- * and lock build on it; it calls none of them.
+ * lockreq: what the engine's parts share: the name table (per name, the
+ * holds and the queue of waiting requests here), the request records, and
+ * answering a request's owner once. Built on lockrel (an unsure try is
+ * owed to Redis when freed); lockhold, lockq and lock build on it, and it
+ * calls none of them.
  */
 #ifndef LB_LOCKREQ_H
 #define LB_LOCKREQ_H
