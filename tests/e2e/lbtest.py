@@ -15,6 +15,10 @@ REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 # Wrap the daemon, e.g. LB_WRAPPER="valgrind --error-exitcode=99 -q".
 WRAPPER = os.environ.get("LB_WRAPPER", "").split()
 SLOW = 10 if WRAPPER else 1
+# Latency bounds (a handoff within 20 ms) are the product's promise on a plain
+# build; valgrind runs the daemon several times slower, so they get some room,
+# still far below the retry interval they are there to tell apart.
+LATE = 3 if WRAPPER else 1
 
 
 def free_port():
