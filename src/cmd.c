@@ -25,25 +25,33 @@
 static enum cmd_result cmd_acquire(struct session *, int, char **);
 static enum cmd_result cmd_auth(struct session *, int, char **);
 static enum cmd_result cmd_extend(struct session *, int, char **);
+static enum cmd_result cmd_fill(struct session *, int, char **);
 static enum cmd_result cmd_help(struct session *, int, char **);
 static enum cmd_result cmd_info(struct session *, int, char **);
 static enum cmd_result cmd_locks(struct session *, int, char **);
 static enum cmd_result cmd_ping(struct session *, int, char **);
 static enum cmd_result cmd_quit(struct session *, int, char **);
 static enum cmd_result cmd_release(struct session *, int, char **);
+static enum cmd_result cmd_revoke(struct session *, int, char **);
 static enum cmd_result cmd_status(struct session *, int, char **);
 static enum cmd_result cmd_validate(struct session *, int, char **);
+static enum cmd_result cmd_who(struct session *, int, char **);
 
 /* Arity counts the arguments after the verb. HELP prints the usage column. */
 static const struct cmd_entry cmd_table[] = {
 	{ "PING", 0, 0, CMD_NOAUTH, cmd_ping, "PING" },
 	{ "AUTH", 1, 1, CMD_NOAUTH, cmd_auth, "AUTH <secret>" },
-	{ "ACQUIRE", 1, 8, 0, cmd_acquire,
-	    "ACQUIRE <name> [TTL <ms>] [WAIT <ms>] [KEEP] [TOKEN <t>]" },
+	{ "ACQUIRE", 1, 10, 0, cmd_acquire,
+	    "ACQUIRE <name> [TTL <ms>] [WAIT <ms>] [KEEP] [TOKEN <t>] "
+	    "[SHARED | LIMIT <n>]" },
+	{ "FILL", 1, 7, 0, cmd_fill,
+	    "FILL <name> [TTL <ms>] [WAIT <ms>] [TOKEN <t>]" },
 	{ "RELEASE", 1, 3, 0, cmd_release, "RELEASE <name> [TOKEN <t>]" },
 	{ "EXTEND", 2, 4, 0, cmd_extend, "EXTEND <name> <ttl_ms> [TOKEN <t>]" },
 	{ "STATUS", 1, 1, 0, cmd_status, "STATUS <name>" },
 	{ "VALIDATE", 2, 2, 0, cmd_validate, "VALIDATE <name> <fence>" },
+	{ "WHO", 1, 1, 0, cmd_who, "WHO <name>" },
+	{ "REVOKE", 1, 1, 0, cmd_revoke, "REVOKE <name>" },
 	{ "LOCKS", 0, 0, 0, cmd_locks, "LOCKS" },
 	{ "INFO", 0, 0, 0, cmd_info, "INFO" },
 	{ "HELP", 0, 0, CMD_NOAUTH, cmd_help, "HELP" },
@@ -54,6 +62,7 @@ static const struct cmd_entry cmd_table[] = {
 static struct {
 	const struct config *cf;
 	char *secret; /* "" when AUTH is not required; wiped at shutdown */
+	char *admin;  /* "" when nobody may REVOKE; wiped at shutdown */
 	uint64_t started_ms; /* monotonic: a clock jump is not uptime */
 } cmds;
 
@@ -173,23 +182,56 @@ cmd_acquire_reply(struct session *s, const struct lock_result *res)
 		evbuffer_add(s->out, "TIMEOUT\n", 8);
 		return;
 	}
+	if (res->status == LOCK_DONE) {
+		evbuffer_add(s->out, "DONE\n", 5);
+		return;
+	}
 	evbuffer_add_printf(s->out, "OK %" PRIu64 " %" PRIu64 " %s\n",
 	    res->fence, res->ttl_ms, res->token);
 }
 
-/* Options may come in any order, each at most once. */
+/* LIMIT <n>'s n. */
 static int
-cmd_acquire_opts(
-    struct session *s, int argc, char **argv, struct lock_acquire_args *a)
+cmd_parse_limit(struct session *s, const char *arg, unsigned *n)
+{
+	uint64_t v;
+
+	if (proto_parse_u64(arg, LOCK_LIMIT_MAX, &v) == 0 && v > 0) {
+		*n = (unsigned)v;
+		return 0;
+	}
+	cmd_error(s, PERR_ARGS, "LIMIT wants 1-%d", LOCK_LIMIT_MAX);
+	return -1;
+}
+
+/* Options may come in any order, each at most once; FILL takes neither
+ * KEEP nor a mode. */
+static int
+cmd_acquire_opts(struct session *s, int argc, char **argv, bool fill,
+    struct lock_acquire_args *a)
 {
 	uint64_t wait = 0;
 	bool seen_ttl = false, seen_wait = false;
 
+	a->mode = fill ? LDB_FILL : LDB_EXCLUSIVE;
 	for (int i = 2; i < argc; i++) {
 		const char *kw = argv[i];
 		bool has_value = i + 1 < argc;
 
-		if (proto_keyword(kw, "KEEP") && !a->keep) {
+		if (!fill &&
+		    (proto_keyword(kw, "SHARED") ||
+			proto_keyword(kw, "LIMIT")) &&
+		    a->mode != LDB_EXCLUSIVE) {
+			cmd_error(s, PERR_ARGS,
+			    "SHARED and LIMIT exclude each other");
+			return -1;
+		} else if (!fill && proto_keyword(kw, "SHARED")) {
+			a->mode = LDB_SHARED;
+		} else if (!fill && proto_keyword(kw, "LIMIT") && has_value) {
+			a->mode = LDB_LIMIT;
+			if (cmd_parse_limit(s, argv[++i], &a->limit) != 0)
+				return -1;
+		} else if (!fill && proto_keyword(kw, "KEEP") && !a->keep) {
 			a->keep = true;
 		} else if (proto_keyword(kw, "TTL") && has_value && !seen_ttl) {
 			seen_ttl = true;
@@ -228,7 +270,22 @@ cmd_acquire(struct session *s, int argc, char **argv)
 	struct lock_result res;
 	int rc;
 
-	if (cmd_acquire_opts(s, argc, argv, &a) != 0)
+	if (cmd_acquire_opts(s, argc, argv, false, &a) != 0)
+		return CMD_DONE;
+	rc = lock_acquire(&s->owner, argv[1], &a, &res);
+	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
+}
+
+/* Single-flight: the first caller is the leader (OK, and RELEASE when the
+ * work is done); the others wait for it and hear DONE. */
+static enum cmd_result
+cmd_fill(struct session *s, int argc, char **argv)
+{
+	struct lock_acquire_args a = { 0 };
+	struct lock_result res;
+	int rc;
+
+	if (cmd_acquire_opts(s, argc, argv, true, &a) != 0)
 		return CMD_DONE;
 	rc = lock_acquire(&s->owner, argv[1], &a, &res);
 	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
@@ -283,6 +340,11 @@ cmd_status_reply(struct session *s, const struct lock_result *res)
 		return;
 	if (res->status == LOCK_FREE)
 		evbuffer_add(s->out, "OK FREE\n", 8);
+	else if (res->mode == LDB_SHARED || res->mode == LDB_LIMIT)
+		evbuffer_add_printf(s->out,
+		    "OK HELD %" PRIu64 " %" PRIu64 " %s %" PRIu64 "\n",
+		    res->ttl_ms, res->fence,
+		    lock_mode_name(res->mode, res->limit), res->count);
 	else
 		evbuffer_add_printf(s->out, "OK HELD %" PRIu64 " %" PRIu64 "\n",
 		    res->ttl_ms, res->fence);
@@ -328,11 +390,92 @@ cmd_locks(struct session *s, int argc, char **argv)
 	uint64_t now = mono_ms();
 
 	TAILQ_FOREACH(h, &s->owner.holds, owner_entry)
-	evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s\n",
+	evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s%s%s\n",
 	    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
-	    lock_kind_name(h->kind));
+	    lock_kind_name(h->kind), h->mode == LDB_EXCLUSIVE ? "" : " ",
+	    h->mode == LDB_EXCLUSIVE ? "" : lock_mode_name(h->mode, h->limit));
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
+}
+
+/*
+ * One holder's info as its broker stored it: "<fence> <mode> <broker>
+ * <client> <since>", five words of printable bytes. Anything else (a lock
+ * taken by an older broker stores none) shows as dashes.
+ */
+static bool
+cmd_holder_info_ok(const char *info)
+{
+	int words = 0;
+
+	for (const char *p = info; *p != '\0'; p++) {
+		if ((unsigned char)*p < ' ' || (unsigned char)*p > '~')
+			return false;
+		if (*p != ' ' && (p == info || p[-1] == ' '))
+			words++;
+	}
+	return words == 5 && info[0] >= '0' && info[0] <= '9';
+}
+
+static void
+cmd_who_reply(struct session *s, const struct lock_result *res)
+{
+	const char *info, *sp;
+
+	if (cmd_reply_err(s, res))
+		return;
+	for (size_t i = 0; i < res->nholders; i++) {
+		info = res->holders[i].info;
+		if (!cmd_holder_info_ok(info) ||
+		    (sp = strchr(info, ' ')) == NULL) {
+			evbuffer_add_printf(s->out,
+			    "HOLDER - %" PRIu64 " - - - -\n",
+			    res->holders[i].pttl);
+			continue;
+		}
+		evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 "%s\n",
+		    (int)(sp - info), info, res->holders[i].pttl, sp);
+	}
+	evbuffer_add(s->out, "END\n", 4);
+}
+
+static enum cmd_result
+cmd_who(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	int rc;
+
+	rc = lock_who(&s->owner, argv[1], &res);
+	return cmd_dispatch(s, rc, &res, cmd_who_reply);
+}
+
+static void
+cmd_revoke_reply(struct session *s, const struct lock_result *res)
+{
+	if (!cmd_reply_err(s, res))
+		evbuffer_add_printf(s->out, "OK %" PRIu64 "\n", res->count);
+}
+
+/* Only a connection that sent AUTH with auth.admin_secret may. */
+static enum cmd_result
+cmd_revoke(struct session *s, int argc, char **argv)
+{
+	struct lock_result res;
+	int rc;
+
+	if (cmds.admin[0] == '\0') {
+		cmd_error(s, PERR_NOAUTH,
+		    "REVOKE is off: auth.admin_secret is not set");
+		return CMD_DONE;
+	}
+	if (!s->admin) {
+		cmd_error(
+		    s, PERR_NOAUTH, "REVOKE needs AUTH with auth.admin_secret");
+		return CMD_DONE;
+	}
+	log_info("client %" PRIu64 ": REVOKE %s", s->id, argv[1]);
+	rc = lock_revoke(&s->owner, argv[1], &res);
+	return cmd_dispatch(s, rc, &res, cmd_revoke_reply);
 }
 
 static enum cmd_result
@@ -379,12 +522,23 @@ cmd_quit(struct session *s, int argc, char **argv)
 	return CMD_CLOSE;
 }
 
-/* A wrong secret closes the connection: no guessing on one socket. */
+/*
+ * A wrong secret closes the connection: no guessing on one socket. The
+ * admin secret authenticates too, and allows REVOKE. Without either
+ * secret, AUTH is a no-op that says OK.
+ */
 static enum cmd_result
 cmd_auth(struct session *s, int argc, char **argv)
 {
-	if (cmds.secret[0] == '\0' || util_secret_equal(argv[1], cmds.secret)) {
+	bool admin =
+	    cmds.admin[0] != '\0' && util_secret_equal(argv[1], cmds.admin);
+	bool user =
+	    cmds.secret[0] != '\0' && util_secret_equal(argv[1], cmds.secret);
+
+	if (admin || user ||
+	    (cmds.secret[0] == '\0' && cmds.admin[0] == '\0')) {
 		s->authed = true;
+		s->admin = s->admin || admin;
 		evbuffer_add(s->out, "OK\n", 3);
 		return CMD_DONE;
 	}
@@ -440,17 +594,42 @@ cmd_session_end(struct session *s, bool vanished)
 	lock_owner_gone(&s->owner, vanished);
 }
 
-/* The secret in force: auth.secret_file wins over auth.secret. */
+/* A secret in force: its file wins over its inline value. */
 static char *
-cmd_secret(const struct config *cf)
+cmd_secret(const char *inline_value, const char *file, const char *key)
 {
 	char *secret;
 
-	if (cf->auth.secret_file[0] == '\0')
-		return xstrdup(cf->auth.secret);
-	if ((secret = util_read_secret(cf->auth.secret_file)) == NULL)
-		log_warn("auth.secret_file %s", cf->auth.secret_file);
+	if (file[0] == '\0')
+		return xstrdup(inline_value);
+	if ((secret = util_read_secret(file)) == NULL)
+		log_warn("%s %s", key, file);
 	return secret;
+}
+
+/* Both secrets, or neither (and *secret, *admin untouched). */
+static bool
+cmd_secrets(const struct config *cf, char **secret, char **admin)
+{
+	char *s, *a;
+
+	if ((s = cmd_secret(cf->auth.secret, cf->auth.secret_file,
+		 "auth.secret_file")) == NULL)
+		return false;
+	if ((a = cmd_secret(cf->auth.admin_secret, cf->auth.admin_secret_file,
+		 "auth.admin_secret_file")) == NULL) {
+		freezero_str(s);
+		return false;
+	}
+	if (a[0] != '\0' && strcmp(a, s) == 0) {
+		log_warnx("auth.admin_secret must differ from auth.secret");
+		freezero_str(s);
+		freezero_str(a);
+		return false;
+	}
+	*secret = s;
+	*admin = a;
+	return true;
 }
 
 void
@@ -458,27 +637,31 @@ cmd_init(const struct config *cf)
 {
 	cmds.cf = cf;
 	cmds.started_ms = mono_ms();
-	if ((cmds.secret = cmd_secret(cf)) == NULL)
-		fatalx("cannot read the AUTH secret");
+	if (!cmd_secrets(cf, &cmds.secret, &cmds.admin))
+		fatalx("cannot read the AUTH secrets");
 }
 
-/* A new secret applies to connections made from now on. */
+/* New secrets apply to AUTHs from now on. */
 void
 cmd_reload(void)
 {
-	char *secret = cmd_secret(cmds.cf);
+	char *secret, *admin;
 
-	if (secret == NULL) {
-		log_warnx("reload: keeping the old AUTH secret");
+	if (!cmd_secrets(cmds.cf, &secret, &admin)) {
+		log_warnx("reload: keeping the old AUTH secrets");
 		return;
 	}
 	freezero_str(cmds.secret);
+	freezero_str(cmds.admin);
 	cmds.secret = secret;
+	cmds.admin = admin;
 }
 
 void
 cmd_shutdown(void)
 {
 	freezero_str(cmds.secret);
+	freezero_str(cmds.admin);
 	cmds.secret = NULL;
+	cmds.admin = NULL;
 }

@@ -30,6 +30,7 @@ struct session {
 	struct evbuffer *out; /* replies are appended here */
 	struct lock_owner owner;
 	bool authed;
+	bool admin;		   /* AUTH with auth.admin_secret: may REVOKE */
 	bool eof;		   /* no more input: ACQUIRE does not wait */
 	session_resume_fn *resume; /* the request in flight was answered */
 	void *ctx;		   /* the client module's */

@@ -229,6 +229,8 @@ static const struct config_key config_keys[] = {
 
 	K_STR("auth.secret", auth.secret, "", NULL, R | S),
 	K_STR("auth.secret_file", auth.secret_file, "", NULL, R),
+	K_STR("auth.admin_secret", auth.admin_secret, "", NULL, R | S),
+	K_STR("auth.admin_secret_file", auth.admin_secret_file, "", NULL, R),
 
 	K_STR("log.level", log.level, "info", config_check_level, R),
 	K_BOOL("log.syslog", log.syslog, 0, 0),
@@ -743,10 +745,10 @@ config_wipe_tree(config_t *lc)
 	}
 }
 
-/* libconfig's tree lives only this long: parse, check, copy out, wipe. */
 /*
  * A numeric listen.address beyond loopback needs a secret or an explicit
  * listen.insecure, so -t catches it (the listener checks names it resolves).
+ * auth.admin_secret alone does not count: ordinary commands need no AUTH.
  */
 static int
 config_check_exposure(struct config_load *ld)
@@ -773,6 +775,22 @@ config_check_exposure(struct config_load *ld)
 	    "beyond loopback needs auth.secret (or listen.insecure = true)");
 }
 
+/*
+ * One secret for both would make every client an admin. Only inline values
+ * are compared: the *_file keys are paths, read outside config.
+ */
+static int
+config_check_admin(struct config_load *ld)
+{
+	const struct config_auth *a = &ld->cf->auth;
+	const struct config_key *k = config_key_find("auth.admin_secret");
+
+	if (a->secret[0] == '\0' || strcmp(a->secret, a->admin_secret) != 0)
+		return 0;
+	return config_error(ld, ld->where[k - config_keys], k->name,
+	    "must differ from auth.secret");
+}
+
 /* Sentinels and a master name only make sense together. */
 static int
 config_check_sentinel(struct config_load *ld)
@@ -788,6 +806,7 @@ config_check_sentinel(struct config_load *ld)
 	    "redis.sentinels and redis.master_name go together");
 }
 
+/* libconfig's tree lives only this long: parse, check, copy out, wipe. */
 static int
 config_load_text(struct config_load *ld, const char *text)
 {
@@ -802,6 +821,8 @@ config_load_text(struct config_load *ld, const char *text)
 		rv = config_check_order(ld);
 	if (rv == 0)
 		rv = config_check_sentinel(ld);
+	if (rv == 0)
+		rv = config_check_admin(ld);
 	if (rv == 0)
 		rv = config_check_exposure(ld);
 	config_wipe_tree(&lc);

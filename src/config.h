@@ -65,6 +65,8 @@ struct config_limits {
 struct config_auth {
 	char *secret; /* "" = no AUTH; wiped before free */
 	char *secret_file;
+	char *admin_secret;	 /* "" = no admins (REVOKE refused); wiped */
+	char *admin_secret_file; /* wins over admin_secret when set */
 };
 
 struct config_log {

@@ -122,7 +122,10 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	req->in_flight = false;
 	if (r->status == LDB_OK)
 		lockq_granted(req, r->fence);
-	else if (r->status == LDB_NO) {
+	else if (r->status == LDB_CONFLICT)
+		lockreq_answer_err(req, PERR_ARGS,
+		    "the lock is held in another mode; ask as it is held");
+	else if (r->status == LDB_NO || r->status == LDB_DONE) {
 		/* Someone else holds it now: our holds under it are stale. */
 		lockhold_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
 		STAT_INC(timeouts_total);
@@ -166,28 +169,33 @@ lock_acquire(struct lock_owner *o, const char *name,
 	req->ttl_ms =
 	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
 	req->wait_ms = a->wait_ms;
+	req->mode = a->mode;
+	req->limit = a->limit;
 	/* Its token holds it already (a retried request): no queue, the
 	 * script answers with the same fence at once. */
 	if (lock_token_held(req->ln, a->token)) {
+		struct lockdb_ask ask;
+		char info[LOCKREQ_INFO];
+
 		req->in_flight = true;
-		lockdb_acquire(
-		    name, req->token, req->ttl_ms, 0, lock_regrant_cb, req);
+		lockreq_ask(req, 0, &ask, info, sizeof info);
+		lockdb_acquire(name, &ask, lock_regrant_cb, req);
 		return 0;
 	}
 	lockq_enqueue(req);
 	return 0;
 }
 
-/* When a local hold under token stops being trusted; 0 if none is known. */
-static uint64_t
-lock_lease_end(struct lock_name *ln, const char *token)
+/* The local hold under token, or NULL. */
+static struct lock_hold *
+lock_hold_of(struct lock_name *ln, const char *token)
 {
 	struct lock_hold *h;
 
 	LIST_FOREACH(h, &ln->holds, name_entry)
 	if (strcmp(h->token, token) == 0)
-		return h->valid_until_ms;
-	return 0;
+		return h;
+	return NULL;
 }
 
 /* Without TOKEN the connection must hold it; with TOKEN anyone may act. */
@@ -281,17 +289,27 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
     struct lock_result *res)
 {
 	struct lock_req *req;
+	struct lock_hold *h;
+	struct lockdb_ask ask;
+	char info[LOCKREQ_INFO];
 
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
 	req = lockreq_new(OP_RELEASE, o, name, token);
 	req->in_flight = true;
-	req->lease_end_ms = lock_lease_end(req->ln, req->token);
-	if ((req->next = lockq_handover_claim(req->ln)) != NULL)
-		lockdb_handover(name, req->token, req->next->token,
-		    req->next->ttl_ms, lock_handover_cb, req);
-	else
-		lockdb_release(name, req->token, lock_release_cb, req);
+	h = lock_hold_of(req->ln, req->token);
+	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
+	/* Only an exclusive holder known here hands over; a FILL leader's
+	 * release is news for its waiters (DONE). */
+	if (h != NULL && h->mode == LDB_EXCLUSIVE &&
+	    (req->next = lockq_handover_claim(req->ln)) != NULL) {
+		lockreq_ask(req->next, 0, &ask, info, sizeof info);
+		lockdb_handover(name, req->token, &ask, lock_handover_cb, req);
+	} else
+		lockdb_release(name, req->token, true,
+		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
+			(uint64_t)lk.cf->redis.command_timeout_ms,
+		    lock_release_cb, req);
 	return 0;
 }
 
@@ -367,8 +385,11 @@ lock_status_cb(const struct lockdb_reply *r, void *arg)
 	res.status = r->status == LDB_OK ? LOCK_HELD : LOCK_FREE;
 	res.ttl_ms = r->pttl;
 	res.fence = r->fence;
+	res.mode = r->mode;
+	res.limit = r->limit;
+	res.count = r->count;
 	if (req->op == OP_VALIDATE) {
-		res.valid = res.status == LOCK_HELD && r->fence == req->fence;
+		res.valid = res.status == LOCK_HELD && r->valid;
 		res.fence = req->fence;
 		res.status = LOCK_OK;
 	}
@@ -385,7 +406,7 @@ lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 		return -1;
 	req = lockreq_new(OP_STATUS, o, name, NULL);
 	req->in_flight = true;
-	lockdb_status(name, lock_status_cb, req);
+	lockdb_status(name, 0, lock_status_cb, req);
 	return 0;
 }
 
@@ -400,7 +421,70 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 	req = lockreq_new(OP_VALIDATE, o, name, NULL);
 	req->fence = fence;
 	req->in_flight = true;
-	lockdb_status(name, lock_status_cb, req);
+	lockdb_status(name, fence, lock_status_cb, req);
+	return 0;
+}
+
+static void
+lock_who_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_result res = { .status = LOCK_OK };
+
+	if (r->status != LDB_OK)
+		lockreq_answer_db_error(req, r);
+	else {
+		res.nholders = r->nholders;
+		res.holders = r->holders;
+		lockreq_answer(req, &res);
+	}
+	lockreq_free(req);
+}
+
+int
+lock_who(struct lock_owner *o, const char *name, struct lock_result *res)
+{
+	struct lock_req *req;
+
+	if (!lock_check_name(name, res))
+		return -1;
+	req = lockreq_new(OP_WHO, o, name, NULL);
+	req->in_flight = true;
+	lockdb_who(name, lock_who_cb, req);
+	return 0;
+}
+
+/* The holders' brokers (this one too) hear of it on the release channel
+ * and send EVENT LOST ... revoked. */
+static void
+lock_revoke_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_result res = { .status = LOCK_OK };
+
+	if (r->status != LDB_OK)
+		lockreq_answer_db_error(req, r);
+	else {
+		stats[STAT_revokes_total] += (int64_t)r->count;
+		if (r->count > 0)
+			log_info("lock %s: revoked from %" PRIu64 " holder%s",
+			    req->ln->name, r->count, r->count == 1 ? "" : "s");
+		res.count = r->count;
+		lockreq_answer(req, &res);
+	}
+	lockreq_free(req);
+}
+
+int
+lock_revoke(struct lock_owner *o, const char *name, struct lock_result *res)
+{
+	struct lock_req *req;
+
+	if (!lock_check_name(name, res))
+		return -1;
+	req = lockreq_new(OP_REVOKE, o, name, NULL);
+	req->in_flight = true;
+	lockdb_revoke(name, lock_revoke_cb, req);
 	return 0;
 }
 

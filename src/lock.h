@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lockdb.h"
 #include "proto.h"
 #include "util.h"
 
@@ -21,16 +22,28 @@ struct config;
 enum lock_kind { LOCK_SESSION, LOCK_FIXED, LOCK_KEEP };
 
 /* What a request came to. LOCK_ERR carries a proto_err. */
-enum lock_status { LOCK_OK, LOCK_TIMEOUT, LOCK_FREE, LOCK_HELD, LOCK_ERR };
+enum lock_status {
+	LOCK_OK,
+	LOCK_TIMEOUT,
+	LOCK_DONE, /* FILL: the leader finished */
+	LOCK_FREE,
+	LOCK_HELD,
+	LOCK_ERR
+};
 
 struct lock_result {
 	enum lock_status status;
-	enum proto_err err;  /* LOCK_ERR */
-	const char *errtext; /* LOCK_ERR */
-	uint64_t fence;	     /* ACQUIRE granted, STATUS held, VALIDATE */
-	uint64_t ttl_ms;     /* ACQUIRE granted, EXTEND, STATUS held */
-	const char *token;   /* ACQUIRE granted */
-	bool valid;	     /* VALIDATE: the fence is the holder's */
+	enum proto_err err;    /* LOCK_ERR */
+	const char *errtext;   /* LOCK_ERR */
+	uint64_t fence;	       /* ACQUIRE granted, STATUS held, VALIDATE */
+	uint64_t ttl_ms;       /* ACQUIRE granted, EXTEND, STATUS held */
+	const char *token;     /* ACQUIRE granted */
+	bool valid;	       /* VALIDATE: the fence is a holder's */
+	enum lockdb_mode mode; /* STATUS held */
+	unsigned limit;	       /* STATUS held LIMIT n */
+	uint64_t count;	       /* STATUS: holders; REVOKE: holders removed */
+	size_t nholders;       /* WHO; valid until done returns */
+	const struct lockdb_holder *holders;
 };
 
 struct lock_owner;
@@ -52,6 +65,7 @@ struct lock_owner {
 	TAILQ_HEAD(, lock_hold) holds; /* in grant order, for LOCKS */
 	unsigned nholds;
 	struct lock_req *pending; /* the request in flight, or NULL */
+	const char *peer;	  /* for WHO: "ip:port", "unix" */
 };
 
 /* One lock held by one owner, as LOCKS shows it. */
@@ -61,6 +75,8 @@ struct lock_hold {
 	struct lock_owner *owner;
 	struct lock_name *ln;
 	enum lock_kind kind;
+	enum lockdb_mode mode;
+	unsigned limit; /* LDB_LIMIT */
 	uint64_t fence;
 	uint64_t ttl_ms;
 	uint64_t granted_ms;	 /* monotonic, for max_hold_ms */
@@ -78,7 +94,11 @@ struct lock_acquire_args {
 	int64_t wait_ms; /* 0 = try once; -1 = forever */
 	bool keep;
 	const char *token; /* NULL: the broker makes one */
+	enum lockdb_mode mode;
+	unsigned limit; /* LDB_LIMIT: 1..LOCK_LIMIT_MAX */
 };
+
+#define LOCK_LIMIT_MAX 10000
 
 void lock_init(struct event_base *base, const struct config *cf);
 /* SIGTERM: answer every waiter ERR SHUTDOWN, refuse new ACQUIREs. */
@@ -113,8 +133,14 @@ int lock_status(
     struct lock_owner *o, const char *name, struct lock_result *res);
 int lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
     struct lock_result *res);
+int lock_who(struct lock_owner *o, const char *name, struct lock_result *res);
+/* Take name from all its holders (the caller checked the right to). */
+int lock_revoke(
+    struct lock_owner *o, const char *name, struct lock_result *res);
 
 const char *lock_kind_name(enum lock_kind kind);
+/* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
+const char *lock_mode_name(enum lockdb_mode mode, unsigned limit);
 const char *lock_hold_name(const struct lock_hold *h);
 /* Milliseconds of trusted validity left (0 when past it). */
 uint64_t lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms);

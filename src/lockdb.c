@@ -13,42 +13,171 @@
 #include "redisc.h"
 #include "xmalloc.h"
 
+/* Redis's own clock in ms: shared holders' leases are on it, as their
+ * expiry is one clock for every broker. */
+#define LUA_NOW                                                                \
+	"local function now_ms()\n"                                            \
+	"  local t = redis.call('TIME')\n"                                     \
+	"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+	"end\n"                                                                \
+	"local function ms(x) return string.format('%d', x) end\n"
+
+/* Shared holders: the set h (token -> lease end) and the hash who (token
+ * -> WHO's info, and '=mode'). prune forgets the ended ones and says how
+ * many are left; stretch makes both keys live as long as the last lease. */
+#define LUA_HOLDERS                                                            \
+	"local function prune(h, who, now)\n"                                  \
+	"  local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))\n"      \
+	"  for _, t in ipairs(old) do redis.call('HDEL', who, t) end\n"        \
+	"  if #old > 0 then redis.call('ZREMRANGEBYSCORE', h, '-inf', "        \
+	"ms(now)) "                                                            \
+	"end\n"                                                                \
+	"  local n = redis.call('ZCARD', h)\n"                                 \
+	"  if n == 0 and #old > 0 then redis.call('DEL', who) end\n"           \
+	"  return n\n"                                                         \
+	"end\n"                                                                \
+	"local function stretch(h, who, now)\n"                                \
+	"  local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')\n"        \
+	"  local left = ms(tonumber(top[2]) - now)\n"                          \
+	"  redis.call('PEXPIRE', h, left)\n"                                   \
+	"  redis.call('PEXPIRE', who, left)\n"                                 \
+	"end\n"
+
 /*
- * Grant: SET NX PX and the fence INCR in one script, so a grant and its fence
- * can never be split, and two grants can never share a fence. The holder's
- * fence is the counter's value: nothing increments it while the key exists.
- * The same token asking again gets its own fence back (a retried request
- * grants once) and its lease set to the new ttl. A refused waiter marks the
- * name as waited for (for mark ms), so that its release is announced.
- * KEYS: lock, fence, waiters. ARGV: token, ttl, mark (0: a try-once).
- * Returns {1, fence} or {0, pttl}.
+ * Grant an exclusive lock (or a FILL's): SET NX PX and the fence INCR in
+ * one script, so a grant and its fence can never be split, and two grants
+ * can never share a fence. The holder's fence is the counter's value:
+ * nothing increments it while the key exists. The same token asking again
+ * gets its own fence back (a retried request grants once) and its lease
+ * set to the new ttl. Shared holders keep it out, and a writer they keep
+ * out marks itself (writer) so that no new reader comes in meanwhile. A
+ * refused waiter marks the name as waited for (for mark ms), so that its
+ * release is announced; a FILL waiter also asks for its end to be marked
+ * done, and a FILL whose watched leader is done (done >= watch) is DONE.
+ * KEYS: lock, fence, waiters, holders, who, writer, done, fill.
+ * ARGV: token, ttl, mark (0: a try-once), info, fill (0/1), watch.
+ * Returns {1, fence}, {0, ms to look again, holder's fence} or {2, done}.
  */
 static struct redisc_script lockdb_acquire_lua = { "acquire",
+	LUA_NOW LUA_HOLDERS
+	"local function refuse(t, f)\n"
+	"  if ARGV[3] ~= '0' then\n"
+	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
+	"    if ARGV[5] == '1' then\n"
+	"      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])\n"
+	"    end\n"
+	"  end\n"
+	"  return {0, t, f}\n"
+	"end\n"
+	"if ARGV[6] ~= '0' then\n"
+	"  local d = tonumber(redis.call('GET', KEYS[7]) or '0')\n"
+	"  if d >= tonumber(ARGV[6]) then return {2, d} end\n"
+	"end\n"
+	"if redis.call('EXISTS', KEYS[4]) == 1 then\n"
+	"  local now = now_ms()\n"
+	"  if prune(KEYS[4], KEYS[5], now) > 0 then\n"
+	"    if ARGV[3] ~= '0' then\n"
+	"      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])\n"
+	"    end\n"
+	"    local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n"
+	"    return refuse(tonumber(top[2]) - now, 0)\n"
+	"  end\n"
+	"end\n"
 	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"  local f = redis.call('INCR', KEYS[2])\n"
+	"  redis.call('DEL', KEYS[5], KEYS[6])\n"
+	"  redis.call('HSET', KEYS[5], ARGV[1], f .. ' ' .. ARGV[4])\n"
+	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
+	"  return {1, f}\n"
 	"end\n"
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
 	"  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
 	"end\n"
-	"if ARGV[3] ~= '0' then\n"
-	"  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
-	"end\n"
-	"return {0, redis.call('PTTL', KEYS[1])}\n",
+	"return refuse(redis.call('PTTL', KEYS[1]),\n"
+	"  tonumber(redis.call('GET', KEYS[2]) or '0'))\n",
 	"" };
 
-/* Compare-and-delete, then tell other brokers' waiters, if there are any.
- * KEYS: lock, waiters. ARGV: token, channel, name. Returns 1 if released,
- * 0 if not ours. */
-static struct redisc_script lockdb_release_lua = { "release",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('DEL', KEYS[1])\n"
-	"  if redis.call('EXISTS', KEYS[2]) == 1 then\n"
-	"    redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+/*
+ * Grant a shared place (SHARED, or LIMIT n): not while an exclusive holder
+ * or a waiting writer is there, nor past n holders, nor in another mode
+ * (then {3, n}, n = 0 for SHARED). Each holder has its own lease in the
+ * set and its own fence from the same counter.
+ * KEYS: lock, fence, waiters, holders, who, writer.
+ * ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none).
+ * Returns {1, fence}, {0, ms to look again, 0} or {3, n}.
+ */
+static struct redisc_script lockdb_share_lua = { "share",
+	LUA_NOW LUA_HOLDERS
+	"local now = now_ms()\n"
+	"local n = prune(KEYS[4], KEYS[5], now)\n"
+	"local function refuse(t)\n"
+	"  if ARGV[3] ~= '0' then\n"
+	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
 	"  end\n"
-	"  return 1\n"
+	"  return {0, t, 0}\n"
 	"end\n"
-	"return 0\n",
+	"if n > 0 then\n"
+	"  local m = redis.call('HGET', KEYS[5], '=mode')\n"
+	"  if m ~= ARGV[5] then\n"
+	"    return {3, tonumber(string.match(m or '', '^LIMIT=(%d+)$') or "
+	"'0')}\n"
+	"  end\n"
+	"  if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
+	"    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), "
+	"ARGV[1])\n"
+	"    stretch(KEYS[4], KEYS[5], now)\n"
+	"    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''\n"
+	"    return {1, tonumber(string.match(info, '^%d+') or '0')}\n"
+	"  end\n"
+	"end\n"
+	"local t = redis.call('PTTL', KEYS[1])\n"
+	"if t ~= -2 then return refuse(t) end\n"
+	"t = redis.call('PTTL', KEYS[6])\n"
+	"if t > 0 then return refuse(t) end\n"
+	"if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then\n"
+	"  local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n"
+	"  return refuse(tonumber(low[2]) - now)\n"
+	"end\n"
+	"local f = redis.call('INCR', KEYS[2])\n"
+	"redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
+	"redis.call('HSET', KEYS[5], ARGV[1], f .. ' ' .. ARGV[4], '=mode', "
+	"ARGV[5])\n"
+	"stretch(KEYS[4], KEYS[5], now)\n"
+	"return {1, f}\n",
+	"" };
+
+/*
+ * Compare-and-delete, in either place a token can hold, then tell other
+ * brokers' waiters, if there are any. A client's own RELEASE of an
+ * exclusive lock that FILL waiters wait on marks it done with its fence.
+ * KEYS: lock, waiters, holders, who, fence, fill, done.
+ * ARGV: token, channel, name, done (0/1), how long done is kept.
+ * Returns 1 if released, 0 if not ours.
+ */
+static struct redisc_script lockdb_release_lua = { "release",
+	LUA_NOW
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('DEL', KEYS[1], KEYS[4])\n"
+	"  if ARGV[4] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then\n"
+	"    redis.call('SET', KEYS[7], redis.call('GET', KEYS[5]) or '0', "
+	"'PX', ARGV[5])\n"
+	"  end\n"
+	"else\n"
+	"  local s = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
+	"  if not s then return 0 end\n"
+	"  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+	"  redis.call('HDEL', KEYS[4], ARGV[1])\n"
+	"  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
+	"    redis.call('DEL', KEYS[4])\n"
+	"  end\n"
+	"  if tonumber(s) <= now_ms() then return 0 end\n"
+	"end\n"
+	"if redis.call('EXISTS', KEYS[2]) == 1 then\n"
+	"  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+	"end\n"
+	"return 1\n",
 	"" };
 
 /* CHAOS_BLIND_RELEASE (test builds): delete without comparing. */
@@ -62,29 +191,103 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
  * Release straight to the next waiter: compare, then set the new holder
  * and its fence, so the lock is never free in between and the handover is
  * one round trip. Nothing is published: the lock is not free.
- * KEYS: lock, fence. ARGV: token, next token, ttl. Returns {1, fence} or {0}.
+ * KEYS: lock, fence, who. ARGV: token, next token, ttl, next's info.
+ * Returns {1, fence} or {0}.
  */
 static struct redisc_script lockdb_handover_lua = { "handover",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"  local f = redis.call('INCR', KEYS[2])\n"
+	"  redis.call('DEL', KEYS[3])\n"
+	"  redis.call('HSET', KEYS[3], ARGV[2], f .. ' ' .. ARGV[4])\n"
+	"  redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
+	"  return {1, f}\n"
 	"end\n"
 	"return {0}\n",
 	"" };
 
-/* Compare-and-PEXPIRE. KEYS: lock. ARGV: token, ttl. Returns 1 or 0. */
+/* Compare-and-PEXPIRE, in either place. KEYS: lock, holders, who.
+ * ARGV: token, ttl. Returns 1 or 0. */
 static struct redisc_script lockdb_extend_lua = { "extend",
+	LUA_NOW LUA_HOLDERS
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('PEXPIRE', KEYS[3], ARGV[2])\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
-	"return 0\n",
+	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
+	"if not s then return 0 end\n"
+	"local now = now_ms()\n"
+	"if tonumber(s) <= now then return 0 end\n"
+	"redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
+	"stretch(KEYS[2], KEYS[3], now)\n"
+	"return 1\n",
 	"" };
 
-/* KEYS: lock, fence. Returns {0} when free, else {1, pttl, fence}. */
+/*
+ * KEYS: lock, fence, holders, who. ARGV: a fence to look for, or 0.
+ * Returns {0} when free, else {1, pttl, fence, holders, n, valid} with
+ * n = -1 exclusive, 0 SHARED, else LIMIT n; pttl the longest lease left.
+ */
 static struct redisc_script lockdb_status_lua = { "status",
+	LUA_NOW
+	"local c = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
 	"local t = redis.call('PTTL', KEYS[1])\n"
-	"if t == -2 then return {0} end\n"
-	"return {1, t, tonumber(redis.call('GET', KEYS[2]) or '0')}\n",
+	"if t ~= -2 then\n"
+	"  return {1, t, c, 1, -1, c == tonumber(ARGV[1]) and 1 or 0}\n"
+	"end\n"
+	"local now = now_ms()\n"
+	"local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ms(now), "
+	"'+inf', 'WITHSCORES')\n"
+	"if #live == 0 then return {0} end\n"
+	"local valid = 0\n"
+	"if ARGV[1] ~= '0' then\n"
+	"  for i = 1, #live, 2 do\n"
+	"    local info = redis.call('HGET', KEYS[4], live[i]) or ''\n"
+	"    if string.match(info, '^%d+') == ARGV[1] then valid = 1 end\n"
+	"  end\n"
+	"end\n"
+	"local m = redis.call('HGET', KEYS[4], '=mode') or ''\n"
+	"return {1, tonumber(live[#live]) - now, c, #live / 2,\n"
+	"  tonumber(string.match(m, '^LIMIT=(%d+)$') or '0'), valid}\n",
+	"" };
+
+/* KEYS: lock, holders, who. Returns {pttl, info, ...}, one pair per
+ * holder (at most 10000). */
+static struct redisc_script lockdb_who_lua = { "who",
+	LUA_NOW
+	"local tok = redis.call('GET', KEYS[1])\n"
+	"if tok then\n"
+	"  return {redis.call('PTTL', KEYS[1]), "
+	"redis.call('HGET', KEYS[3], tok) or ''}\n"
+	"end\n"
+	"local now = now_ms()\n"
+	"local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ms(now), "
+	"'+inf', 'WITHSCORES', 'LIMIT', 0, 10000)\n"
+	"local out = {}\n"
+	"for i = 1, #live, 2 do\n"
+	"  out[#out + 1] = tonumber(live[i + 1]) - now\n"
+	"  out[#out + 1] = redis.call('HGET', KEYS[3], live[i]) or ''\n"
+	"end\n"
+	"return out\n",
+	"" };
+
+/*
+ * Take the name from every holder, and tell every broker: "<name> revoked
+ * <fence>" on the release channel (names hold no space), so that holds
+ * with that fence or an older one are lost, and waiters may go.
+ * KEYS: lock, holders, who, fence. ARGV: channel, name.
+ * Returns how many holders there were.
+ */
+static struct redisc_script lockdb_revoke_lua = { "revoke",
+	LUA_NOW "local now = now_ms()\n"
+		"local n = redis.call('DEL', KEYS[1]) + "
+		"redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')\n"
+		"redis.call('DEL', KEYS[2], KEYS[3])\n"
+		"if n > 0 then\n"
+		"  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' revoked ' .. "
+		"(redis.call('GET', KEYS[4]) or '0'))\n"
+		"end\n"
+		"return n\n",
 	"" };
 
 enum lockdb_op {
@@ -93,6 +296,8 @@ enum lockdb_op {
 	LDB_HANDOVER,
 	LDB_EXTEND,
 	LDB_STATUS,
+	LDB_WHO,
+	LDB_REVOKE,
 	LDB_WAIT
 };
 
@@ -133,13 +338,13 @@ lockdb_busy_error(const char *err)
 	return NULL;
 }
 
-/* The scripts' array replies hold integers; v gets up to three. */
+/* The scripts' array replies hold integers; v gets up to six. */
 static bool
 lockdb_ints(const redisReply *r, size_t min, long long *v)
 {
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < min)
 		return false;
-	for (size_t i = 0; i < r->elements && i < 3; i++) {
+	for (size_t i = 0; i < r->elements && i < 6; i++) {
 		if (r->element[i]->type != REDIS_REPLY_INTEGER)
 			return false;
 		v[i] = r->element[i]->integer;
@@ -147,25 +352,71 @@ lockdb_ints(const redisReply *r, size_t min, long long *v)
 	return true;
 }
 
+/* WHO's {pttl, info, ...} pairs; the infos point into r. */
+static bool
+lockdb_parse_who(const redisReply *r, struct lockdb_reply *out)
+{
+	struct lockdb_holder *h;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
+		return false;
+	out->nholders = r->elements / 2;
+	if (out->nholders == 0)
+		return true;
+	out->holders = h = xcalloc(out->nholders, sizeof *h);
+	for (size_t i = 0; i < out->nholders; i++) {
+		const redisReply *t = r->element[2 * i];
+		const redisReply *info = r->element[2 * i + 1];
+
+		if (t->type != REDIS_REPLY_INTEGER ||
+		    info->type != REDIS_REPLY_STRING)
+			return false;
+		h[i].pttl = t->integer > 0 ? (uint64_t)t->integer : 0;
+		h[i].info = info->str;
+	}
+	return true;
+}
+
+/* An ACQUIRE's {1, fence}, {0, pttl, fence}, {2, done} or {3, n}. */
+static bool
+lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
+{
+	switch (v[0]) {
+	case 1:
+		out->status = LDB_OK;
+		out->fence = (uint64_t)v[1];
+		return v[1] > 0;
+	case 0:
+		out->status = LDB_NO;
+		/* No expiry (-1): none to wait for. */
+		out->pttl = v[1] == -1 ? UINT64_MAX
+		    : v[1] > 0	       ? (uint64_t)v[1]
+				       : 0;
+		out->fence = v[2] > 0 ? (uint64_t)v[2] : 0;
+		return v[1] >= -2;
+	case 2:
+		out->status = LDB_DONE;
+		out->fence = (uint64_t)v[1];
+		return v[1] > 0;
+	case 3:
+		out->status = LDB_CONFLICT;
+		out->mode = v[1] > 0 ? LDB_LIMIT : LDB_SHARED;
+		out->limit =
+		    v[1] > 0 && v[1] <= UINT32_MAX ? (unsigned)v[1] : 0;
+		return true;
+	}
+	return false;
+}
+
 /* Turn one script reply into a lockdb_reply; false if malformed. */
 static bool
 lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 {
-	long long v[3] = { 0, 0, 0 };
+	long long v[6] = { 0, 0, 0, 0, 0, 0 };
 
 	switch (op) {
 	case LDB_ACQUIRE:
-		if (!lockdb_ints(r, 2, v) || v[1] < -2)
-			return false;
-		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
-		if (v[0] == 1)
-			out->fence = (uint64_t)v[1];
-		else if (v[1] == -1)
-			out->pttl =
-			    UINT64_MAX; /* no expiry: none to wait for */
-		else
-			out->pttl = v[1] > 0 ? (uint64_t)v[1] : 0;
-		return true;
+		return lockdb_ints(r, 2, v) && lockdb_parse_acquire(v, out);
 	case LDB_HANDOVER:
 		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 2))
 			return false;
@@ -185,11 +436,27 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 		out->fence = r->integer > 0 ? (uint64_t)r->integer : 0;
 		return true;
 	case LDB_STATUS:
-		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 3))
+		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 6))
 			return false;
 		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
 		out->pttl = v[1] > 0 ? (uint64_t)v[1] : 0;
 		out->fence = v[2] > 0 ? (uint64_t)v[2] : 0;
+		out->count = v[3] > 0 ? (uint64_t)v[3] : 0;
+		out->mode = v[4] < 0 ? LDB_EXCLUSIVE
+		    : v[4] == 0	     ? LDB_SHARED
+				     : LDB_LIMIT;
+		out->limit =
+		    v[4] > 0 && v[4] <= UINT32_MAX ? (unsigned)v[4] : 0;
+		out->valid = v[5] == 1;
+		return true;
+	case LDB_WHO:
+		out->status = LDB_OK;
+		return lockdb_parse_who(r, out);
+	case LDB_REVOKE:
+		if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
+			return false;
+		out->status = LDB_OK;
+		out->count = (uint64_t)r->integer;
 		return true;
 	}
 	return false;
@@ -199,7 +466,7 @@ static void
 lockdb_reply_cb(const redisReply *r, void *arg)
 {
 	struct lockdb_req *req = arg;
-	struct lockdb_reply out = { LDB_UNAVAILABLE, 0, 0, NULL };
+	struct lockdb_reply out = { .status = LDB_UNAVAILABLE };
 
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {
 		log_warnx("redis: lock %s: %s", req->name, r->str);
@@ -210,19 +477,24 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 		out.status = LDB_INTERNAL;
 	}
 	req->cb(&out, req->arg);
+	free((void *)out.holders);
 	free(req);
 }
 
 /*
- * Keys as DESIGN.md §5: <prefix>{<name>}, <prefix>{<name>}:fence, and the
- * marker <prefix>{<name>}:waiters. kind is 'l', 'f' or 'w'.
+ * Keys as DESIGN.md §5 and docs/protocol.md §8: <prefix>{<name>} and
+ * <prefix>{<name>}<suffix>, one letter per key: l the lock, f :fence,
+ * w :waiters, h :holders, i :who, x :writer, d :done, g :fill.
  */
 static size_t
 lockdb_key(char *buf, size_t len, const char *name, char kind)
 {
-	const char *suffix = kind == 'f' ? ":fence"
-	    : kind == 'w'		 ? ":waiters"
-					 : "";
+	static const char letters[] = "fwhixdg";
+	static const char *const suffixes[] = { ":fence", ":waiters",
+		":holders", ":who", ":writer", ":done", ":fill" };
+	const char *p = strchr(letters, kind);
+	const char *suffix =
+	    kind != '\0' && p != NULL ? suffixes[p - letters] : "";
 
 	return (size_t)snprintf(buf, len, "%s{%s}%s", ldb.prefix, name, suffix);
 }
@@ -248,9 +520,9 @@ lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
 {
 	struct lockdb_req *req = lockdb_req_new(op, name, cb, arg);
 	int nkeys = (int)strlen(keys), n = 0;
-	char key[3][512];
-	const char *argv[8];
-	size_t lens[8];
+	char key[8][512];
+	const char *argv[16];
+	size_t lens[16];
 
 	for (int i = 0; i < nkeys; i++) {
 		lens[n] = lockdb_key(key[i], sizeof key[i], name, keys[i]);
@@ -264,39 +536,56 @@ lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
 }
 
 void
-lockdb_acquire(const char *name, const char *token, uint64_t ttl_ms,
-    uint64_t mark_ms, lockdb_cb *cb, void *arg)
+lockdb_acquire(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
-	char ttl[24], mark[24];
-	const char *args[3] = { token, ttl, mark };
+	char ttl[24], mark[24], n[16], watch[24], mode[24];
+	const char *args[6] = { a->token, ttl, mark, a->info, mode, n };
 
-	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
-	snprintf(mark, sizeof mark, "%" PRIu64, mark_ms);
+	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
+	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
+	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL) {
+		snprintf(mode, sizeof mode, "%d", a->mode == LDB_FILL);
+		snprintf(watch, sizeof watch, "%" PRIu64, a->watch);
+		args[5] = watch;
+		lockdb_send(LDB_ACQUIRE, &lockdb_acquire_lua, name, "lfwhixdg",
+		    6, args, cb, arg);
+		return;
+	}
+	if (a->mode == LDB_SHARED)
+		snprintf(mode, sizeof mode, "SHARED");
+	else
+		snprintf(mode, sizeof mode, "LIMIT=%u", a->limit);
+	snprintf(n, sizeof n, "%u", a->mode == LDB_LIMIT ? a->limit : 0);
 	lockdb_send(
-	    LDB_ACQUIRE, &lockdb_acquire_lua, name, "lfw", 3, args, cb, arg);
+	    LDB_ACQUIRE, &lockdb_share_lua, name, "lfwhix", 6, args, cb, arg);
 }
 
 void
-lockdb_release(const char *name, const char *token, lockdb_cb *cb, void *arg)
+lockdb_release(const char *name, const char *token, bool done, uint64_t done_ms,
+    lockdb_cb *cb, void *arg)
 {
-	const char *args[3] = { token, ldb.channel, name };
+	char ms[24];
+	const char *args[5] = { token, ldb.channel, name, done ? "1" : "0",
+		ms };
 
+	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_blind_release_lua
 					       : &lockdb_release_lua,
-	    name, "lw", 3, args, cb, arg);
+	    name, "lwhifgd", 5, args, cb, arg);
 }
 
 void
-lockdb_handover(const char *name, const char *token, const char *next,
-    uint64_t ttl_ms, lockdb_cb *cb, void *arg)
+lockdb_handover(const char *name, const char *token,
+    const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
 {
 	char ttl[24];
-	const char *args[3] = { token, next, ttl };
+	const char *args[4] = { token, next->token, ttl, next->info };
 
-	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
+	snprintf(ttl, sizeof ttl, "%" PRIu64, next->ttl_ms);
 	lockdb_send(
-	    LDB_HANDOVER, &lockdb_handover_lua, name, "lf", 3, args, cb, arg);
+	    LDB_HANDOVER, &lockdb_handover_lua, name, "lfi", 4, args, cb, arg);
 }
 
 void
@@ -308,14 +597,33 @@ lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
 	lockdb_send(
-	    LDB_EXTEND, &lockdb_extend_lua, name, "l", 2, args, cb, arg);
+	    LDB_EXTEND, &lockdb_extend_lua, name, "lhi", 2, args, cb, arg);
 }
 
 void
-lockdb_status(const char *name, lockdb_cb *cb, void *arg)
+lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg)
 {
+	char f[24];
+	const char *args[1] = { f };
+
+	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(
-	    LDB_STATUS, &lockdb_status_lua, name, "lf", 0, NULL, cb, arg);
+	    LDB_STATUS, &lockdb_status_lua, name, "lfhi", 1, args, cb, arg);
+}
+
+void
+lockdb_who(const char *name, lockdb_cb *cb, void *arg)
+{
+	lockdb_send(LDB_WHO, &lockdb_who_lua, name, "lhi", 0, NULL, cb, arg);
+}
+
+void
+lockdb_revoke(const char *name, lockdb_cb *cb, void *arg)
+{
+	const char *args[2] = { ldb.channel, name };
+
+	lockdb_send(
+	    LDB_REVOKE, &lockdb_revoke_lua, name, "lhif", 2, args, cb, arg);
 }
 
 void
@@ -340,10 +648,13 @@ lockdb_init(const char *prefix)
 	ldb.prefix = prefix;
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);
 	redisc_script_add(&lockdb_acquire_lua);
+	redisc_script_add(&lockdb_share_lua);
 	redisc_script_add(&lockdb_release_lua);
 	redisc_script_add(&lockdb_handover_lua);
 	if (chaos_fault == CHAOS_BLIND_RELEASE)
 		redisc_script_add(&lockdb_blind_release_lua);
 	redisc_script_add(&lockdb_extend_lua);
 	redisc_script_add(&lockdb_status_lua);
+	redisc_script_add(&lockdb_who_lua);
+	redisc_script_add(&lockdb_revoke_lua);
 }

@@ -6,20 +6,56 @@
 #ifndef LB_LOCKDB_H
 #define LB_LOCKDB_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum lockdb_status {
 	LDB_OK,		 /* granted / released / extended / held (STATUS) */
 	LDB_NO,		 /* held by another (ACQUIRE), not ours, or free */
+	LDB_DONE,	 /* FILL: a leader finished since the one watched */
+	LDB_CONFLICT,	 /* ACQUIRE: held in another shared mode (limit) */
 	LDB_UNAVAILABLE, /* no answer in time, or Redis cannot serve */
 	LDB_INTERNAL,	 /* an answer that should not happen */
 };
 
+/*
+ * How a grant shares its name. EXCLUSIVE and FILL hold the lock key;
+ * SHARED and LIMIT holders sit in the name's sorted set, each with its own
+ * expiry. A name is held in one mode at a time.
+ */
+enum lockdb_mode { LDB_EXCLUSIVE, LDB_FILL, LDB_SHARED, LDB_LIMIT };
+
+/* One holder as WHO shows it: info is "<fence> <mode> <broker> <client>
+ * <since_ms>" as its broker stored it, or "" if it stored none. */
+struct lockdb_holder {
+	uint64_t pttl;
+	const char *info;
+};
+
 struct lockdb_reply {
 	enum lockdb_status status;
-	uint64_t fence; /* ACQUIRE, HANDOVER granted; STATUS held */
-	uint64_t pttl;	/* ACQUIRE refused: the holder's ms left; STATUS held */
+	uint64_t fence; /* granted; STATUS held; refused: the holder's; DONE */
+	uint64_t pttl;	/* ACQUIRE refused: when to look again; STATUS held */
 	const char *busy; /* UNAVAILABLE from an error reply: its code word */
+	/* STATUS held: how; CONFLICT: how it is held */
+	enum lockdb_mode mode;
+	unsigned limit;	 /* LDB_LIMIT's n */
+	uint64_t count;	 /* STATUS: holders; REVOKE: holders removed */
+	bool valid;	 /* STATUS with a fence: a holder has it */
+	size_t nholders; /* WHO */
+	const struct lockdb_holder *holders;
+};
+
+/* An ACQUIRE or FILL as the scripts take it. */
+struct lockdb_ask {
+	const char *token;
+	uint64_t ttl_ms;
+	uint64_t mark_ms; /* refused: mark the name as waited for this long */
+	enum lockdb_mode mode;
+	unsigned limit;	  /* LDB_LIMIT */
+	uint64_t watch;	  /* LDB_FILL: the leader's fence it waits on, or 0 */
+	const char *info; /* "<mode> <broker> <client> <since_ms>", for WHO */
 };
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);
@@ -28,22 +64,28 @@ void lockdb_init(const char *prefix);
 /* The pub/sub channel releases are announced on. */
 const char *lockdb_channel(void);
 
-/* Grant if free (or if token holds it already: same fence back). Refused,
- * mark_ms > 0 marks the name as waited for that long. */
-void lockdb_acquire(const char *name, const char *token, uint64_t ttl_ms,
-    uint64_t mark_ms, lockdb_cb *cb, void *arg);
-/* Compare-and-delete, announcing the release if the name is waited for. */
-void lockdb_release(
-    const char *name, const char *token, lockdb_cb *cb, void *arg);
-/* Compare, then hand the lock to next with its own fence (reply's fence);
- * never free in between. */
-void lockdb_handover(const char *name, const char *token, const char *next,
-    uint64_t ttl_ms, lockdb_cb *cb, void *arg);
-/* Compare-and-PEXPIRE. */
+/* Grant if the mode allows (or if the token holds it already: same fence
+ * back). A FILL whose watched leader finished is DONE instead. */
+void lockdb_acquire(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg);
+/* Compare-and-delete, announcing the release if the name is waited for.
+ * done: a client's RELEASE, which tells FILL waiters the work is done. */
+void lockdb_release(const char *name, const char *token, bool done,
+    uint64_t done_ms, lockdb_cb *cb, void *arg);
+/* Compare (an exclusive holder), then hand the lock to next (an exclusive
+ * ACQUIRE) with its own fence; never free in between. */
+void lockdb_handover(const char *name, const char *token,
+    const struct lockdb_ask *next, lockdb_cb *cb, void *arg);
+/* Compare-and-PEXPIRE, in any mode. */
 void lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
     lockdb_cb *cb, void *arg);
-/* Held (with pttl and fence) or free. */
-void lockdb_status(const char *name, lockdb_cb *cb, void *arg);
+/* Held (pttl, fence, mode, holders) or free; fence != 0: whether a holder
+ * has it (valid). */
+void lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg);
+/* Every holder, for WHO. */
+void lockdb_who(const char *name, lockdb_cb *cb, void *arg);
+/* Remove every holder and announce "<name> revoked <fence>". */
+void lockdb_revoke(const char *name, lockdb_cb *cb, void *arg);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

@@ -230,6 +230,8 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		}
 	}
 	h->kind = req->kind;
+	h->mode = req->mode;
+	h->limit = req->limit;
 	h->fence = fence;
 	h->ttl_ms = req->ttl_ms;
 	h->valid_until_ms = util_validity_end(
@@ -262,6 +264,20 @@ lockhold_drop_token(struct lock_name *ln, const char *token,
 			lockhold_free(h); /* it hears it in its own answer */
 		else
 			lockhold_lost(h, why);
+	}
+}
+
+/* An admin revoked ln: every hold here with fence or an older one is
+ * lost (a newer one was granted after). */
+void
+lockhold_revoked(struct lock_name *ln, uint64_t fence)
+{
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (h->fence <= fence)
+			lockhold_lost(h, LOST_REVOKED);
 	}
 }
 

@@ -229,6 +229,71 @@ lockq_replicate(struct lock_req *req, uint64_t fence)
 	    req);
 }
 
+/* A FILL waiter's try was refused by the holder with this fence: every
+ * FILL waiter here waits on that one now (they all asked before it ends). */
+static void
+lockq_watch(struct lock_name *ln, uint64_t fence)
+{
+	struct lock_req *r;
+
+	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
+	if (r->mode == LDB_FILL && r->watch < fence)
+		r->watch = fence;
+}
+
+/* What a new FILL waiter waits on: what the others here wait on, or the
+ * leader here. */
+static uint64_t
+lockq_watch_of(struct lock_name *ln)
+{
+	struct lock_hold *h;
+	struct lock_req *r;
+	uint64_t w = 0;
+
+	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
+	if (r->mode == LDB_FILL && r->watch > w)
+		w = r->watch;
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (h->mode == LDB_FILL && h->fence > w)
+		w = h->fence;
+	return w;
+}
+
+/* A FILL leader finished (done is its fence): every FILL waiter here that
+ * waited on it, or on an earlier one, is told DONE. head is freed by its
+ * caller. */
+static void
+lockq_done(struct lock_req *head, uint64_t done)
+{
+	struct lock_req *r, *next;
+
+	for (r = TAILQ_FIRST(&head->ln->waiters); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, queue_entry);
+		if (r->mode != LDB_FILL || r->watch == 0 || r->watch > done)
+			continue;
+		STAT_INC(fills_done_total);
+		lockq_dequeue(r);
+		lockreq_answer_status(r, LOCK_DONE);
+		if (r != head && !r->in_flight)
+			lockreq_free(r);
+	}
+}
+
+/* Held in another shared mode than req asks for. */
+static void
+lockq_conflict(struct lock_req *req, const struct lockdb_reply *r)
+{
+	static char text[64];
+
+	if (r->mode == LDB_SHARED)
+		snprintf(text, sizeof text, "the lock is held SHARED");
+	else
+		snprintf(text, sizeof text, "the lock is held with LIMIT %u",
+		    r->limit);
+	lockq_dequeue(req);
+	lockreq_answer_err(req, PERR_ARGS, text);
+}
+
 void
 lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 {
@@ -256,11 +321,22 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		}
 	} else if (r->status == LDB_OK) {
 		lockq_granted(req, r->fence);
-		next = req->ttl_ms; /* ours now: the rest wait for it */
+		/* Ours now: the rest wait for it, unless they may share. */
+		next = req->mode == LDB_SHARED || req->mode == LDB_LIMIT
+		    ? 0
+		    : req->ttl_ms;
 	} else if (req->owner == NULL) {
 		lockq_dequeue(req); /* freed below */
+	} else if (r->status == LDB_DONE) {
+		lockq_done(req, r->fence);
+		next = 0;
+	} else if (r->status == LDB_CONFLICT) {
+		lockq_conflict(req, r);
+		next = 0;
 	} else if (r->status == LDB_NO) {
 		next = r->pttl;
+		if (req->mode == LDB_FILL && r->fence > 0)
+			lockq_watch(ln, r->fence);
 		if (req->wait_ms == 0) {
 			STAT_INC(timeouts_total);
 			lockq_dequeue(req);
@@ -300,6 +376,8 @@ void
 lockq_attempt(struct lock_name *ln)
 {
 	struct lock_req *req = TAILQ_FIRST(&ln->waiters);
+	struct lockdb_ask a;
+	char info[LOCKREQ_INFO];
 
 	if (req == NULL || ln->attempting)
 		return;
@@ -308,8 +386,8 @@ lockq_attempt(struct lock_name *ln)
 	req->in_flight = true;
 	req->tries++;
 	req->start_ms = mono_ms();
-	lockdb_acquire(ln->name, req->token, req->ttl_ms, lockq_mark_ms(req),
-	    lockq_attempt_cb, req);
+	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
+	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 }
 
 /* WAIT ran out: TIMEOUT now; an attempt still in Redis is undone later. */
@@ -325,7 +403,8 @@ lockq_deadline_cb(evutil_socket_t fd, short what, void *arg)
 		lockreq_free(req);
 }
 
-/* How long a hold here under another token stays valid; 0 if none. */
+/* How long an exclusive hold here under another token stays valid; 0 if
+ * none. */
 static uint64_t
 lockq_local_hold_left(struct lock_name *ln, const char *token)
 {
@@ -334,7 +413,8 @@ lockq_local_hold_left(struct lock_name *ln, const char *token)
 
 	LIST_FOREACH(h, &ln->holds, name_entry)
 	{
-		if (strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
+		if ((h->mode == LDB_EXCLUSIVE || h->mode == LDB_FILL) &&
+		    strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
 		    h->valid_until_ms - now > left)
 			left = h->valid_until_ms - now;
 	}
@@ -342,17 +422,18 @@ lockq_local_hold_left(struct lock_name *ln, const char *token)
 }
 
 /*
- * A new head asks Redis at once, unless a client of ours holds the name:
- * then Redis would only refuse, and the hold's release hands the lock over
- * (one round trip) or its loss kicks the queue. A try still comes after
- * retry_max_ms, in case the hold was released through another broker.
+ * A new head asks Redis at once, unless a client of ours holds the name
+ * exclusively: then Redis would only refuse, and the hold's release hands
+ * the lock over (one round trip) or its loss kicks the queue. A try still
+ * comes after retry_max_ms, in case the hold was released through another
+ * broker. A FILL asks at once: its refusal tells it which leader to wait on.
  */
 static void
 lockq_first_try(struct lock_name *ln, struct lock_req *req)
 {
 	uint64_t left = 0, max = (uint64_t)lk.cf->locks.retry_max_ms;
 
-	if (req->wait_ms != 0)
+	if (req->wait_ms != 0 && req->mode != LDB_FILL)
 		left = lockq_local_hold_left(ln, req->token);
 	if (left == 0)
 		lockq_attempt(ln);
@@ -365,6 +446,8 @@ lockq_enqueue(struct lock_req *req)
 {
 	struct lock_name *ln = req->ln;
 
+	if (req->mode == LDB_FILL)
+		req->watch = lockq_watch_of(ln);
 	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
 	req->queued = true;
 	lk.nwaiters++;
@@ -382,12 +465,33 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
-/* Another broker released a name: its waiters here may go. */
+/* " revoked <fence>" after a name: the fence. */
+static bool
+lockq_parse_revoked(const char *s, size_t len, uint64_t *fence)
+{
+	static const char word[] = " revoked ";
+	char num[24];
+	size_t n = sizeof word - 1;
+
+	if (len <= n || len - n >= sizeof num || memcmp(s, word, n) != 0)
+		return false;
+	memcpy(num, s + n, len - n);
+	num[len - n] = '\0';
+	return proto_parse_u64(num, UINT64_MAX, fence) == 0;
+}
+
+/*
+ * A broker released a name ("<name>"), or an admin revoked it ("<name>
+ * revoked <fence>": holds here with that fence or an older one are lost).
+ * Either way its waiters here may go.
+ */
 static void
 lockq_message_cb(const char *msg, size_t len, void *arg)
 {
 	char name[PROTO_NAME_MAX + 1];
+	const char *sp;
 	struct lock_name *ln;
+	uint64_t fence = 0;
 
 	if (msg == NULL) {
 		/* (Re)subscribed: releases may have been missed meanwhile. */
@@ -397,12 +501,22 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 			lockq_retry_at(ln, 0);
 		return;
 	}
+	if ((sp = memchr(msg, ' ', len)) != NULL) {
+		if (!lockq_parse_revoked(sp, len - (size_t)(sp - msg), &fence))
+			return;
+		len = (size_t)(sp - msg);
+	}
 	if (len == 0 || len > PROTO_NAME_MAX)
 		return;
 	memcpy(name, msg, len);
 	name[len] = '\0';
-	if ((ln = lockreq_name_find(name)) != NULL)
-		lockq_kick(ln);
+	if ((ln = lockreq_name_find(name)) == NULL)
+		return;
+	ln->refs++;
+	if (fence > 0)
+		lockhold_revoked(ln, fence);
+	lockq_kick(ln);
+	lockreq_name_unref(ln);
 }
 
 /*
@@ -416,8 +530,8 @@ lockq_handover_claim(struct lock_name *ln)
 {
 	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
 
-	if (next == NULL || ln->attempting || lk.stopping ||
-	    chaos_fault == CHAOS_BLIND_RELEASE)
+	if (next == NULL || next->mode != LDB_EXCLUSIVE || ln->attempting ||
+	    lk.stopping || chaos_fault == CHAOS_BLIND_RELEASE)
 		return NULL;
 	lockq_retry_stop(ln);
 	ln->attempting = true;

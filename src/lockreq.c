@@ -4,9 +4,12 @@
  */
 #include <sys/queue.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -194,14 +197,71 @@ lockreq_timer(struct event *ev, uint64_t ms)
 	evtimer_add(ev, &tv);
 }
 
+const char *
+lock_mode_name(enum lockdb_mode mode, unsigned limit)
+{
+	static char buf[24];
+
+	switch (mode) {
+	case LDB_EXCLUSIVE:
+		return "EXCLUSIVE";
+	case LDB_FILL:
+		return "FILL";
+	case LDB_SHARED:
+		return "SHARED";
+	case LDB_LIMIT:
+		break;
+	}
+	snprintf(buf, sizeof buf, "LIMIT=%u", limit);
+	return buf;
+}
+
+/*
+ * What the scripts need for req's try; info (for WHO) says how it holds,
+ * which broker and client, and since when on the wall clock: "<mode>
+ * <broker> <id>@<peer> <unix ms>".
+ */
+void
+lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
+    char *info, size_t len)
+{
+	struct timespec ts;
+	uint64_t id = req->owner != NULL ? req->owner->id : 0;
+	const char *peer = req->owner != NULL && req->owner->peer != NULL
+	    ? req->owner->peer
+	    : "-";
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(info, len, "%s %s %" PRIu64 "@%s %" PRIu64,
+	    lock_mode_name(req->mode, req->limit), lk.broker, id, peer,
+	    (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+	a->token = req->token;
+	a->ttl_ms = req->ttl_ms;
+	a->mark_ms = mark_ms;
+	a->mode = req->mode;
+	a->limit = req->limit;
+	a->watch = req->watch;
+	a->info = info;
+}
+
 void
 lockreq_init(struct event_base *base, const struct config *cf)
 {
+	char host[64];
+
 	memset(&lk, 0, sizeof lk);
 	lk.base = base;
 	lk.cf = cf;
 	lk.nbuckets = 64;
 	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
+	if (gethostname(host, sizeof host) != 0)
+		snprintf(host, sizeof host, "localhost");
+	host[sizeof host - 1] = '\0';
+	/* WHO's words are split on spaces: keep a hostname to one word. */
+	for (char *p = host; *p != '\0'; p++)
+		if (*p <= ' ' || *p > '~')
+			*p = '_';
+	snprintf(lk.broker, sizeof lk.broker, "%s:%ld", host, (long)getpid());
 }
 
 void

@@ -28,6 +28,8 @@ enum lock_op {
 	OP_STATUS,
 	OP_VALIDATE,
 	OP_RENEW, /* a session lease, for its hold */
+	OP_WHO,
+	OP_REVOKE,
 };
 
 /*
@@ -51,6 +53,9 @@ struct lock_req {
 	bool queued;
 	bool in_flight;
 	enum lock_kind kind;
+	enum lockdb_mode mode;
+	unsigned limit; /* LDB_LIMIT */
+	uint64_t watch; /* LDB_FILL: the leader's fence it waits on */
 	uint64_t ttl_ms;
 	uint64_t fence; /* OP_VALIDATE */
 	int64_t wait_ms;
@@ -82,7 +87,8 @@ struct lock_engine {
 	size_t nbuckets;
 	size_t nnames;
 	unsigned nwaiters;
-	bool stopping; /* SIGTERM: no more waiting */
+	bool stopping;	  /* SIGTERM: no more waiting */
+	char broker[128]; /* "<hostname>:<pid>", for WHO */
 };
 extern struct lock_engine lk;
 
@@ -109,6 +115,11 @@ void lockreq_answer_err(
 /* UNAVAILABLE and INTERNAL replies, the same for every request. */
 void lockreq_answer_db_error(
     struct lock_req *req, const struct lockdb_reply *r);
+
+/* The scripts' view of req's try; info is filled (LOCKREQ_INFO bytes). */
+#define LOCKREQ_INFO 256
+void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
+    struct lockdb_ask *a, char *info, size_t len);
 
 /* A one-shot timer ms from now. */
 void lockreq_timer(struct event *ev, uint64_t ms);

@@ -11,6 +11,17 @@ from lbtest import BrokerTest, Redis, main, wait_for
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
 
+
+# The commands docs/sidecar.md lets the broker's Redis user run, read from
+# the doc itself so that the two cannot drift apart.
+def sidecar_acl():
+    doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                       "docs", "sidecar.md")
+    with open(doc) as f:
+        line = next(l for l in f if "ACL SETUSER lockbroker" in l)
+    return line.split("-@all", 1)[1].split()
+
+
 class Faults(BrokerTest):
     conf = {"redis": {"command_timeout_ms": 500, "reconnect_min_ms": 50,
                       "reconnect_max_ms": 1000},
@@ -164,8 +175,9 @@ class Auth(BrokerTest):
         self.redis = Redis(self.tmpdir, extra=["--requirepass", "r3dis-pw"],
                            password="r3dis-pw")
         self.addCleanup(self.redis.kill)
+        # The ACL docs/sidecar.md gives (Redis checks what scripts call).
         self.redis("ACL", "SETUSER", "broker", "on", ">broker-pw", "~lockbroker:*",
-                   "&lockbroker:*", "+@all")
+                   "&lockbroker:released", "-@all", *sidecar_acl())
         self.clients, self.brokers = [], []
 
     def test_requirepass(self):
@@ -180,6 +192,14 @@ class Auth(BrokerTest):
                                          "password_file": path}})
         c = self.client(b)
         self.assertRegex(c.cmd("ACQUIRE acl"), r"^OK ")
+        self.assertRegex(c.cmd("WHO acl"), r"^HOLDER ")
+        self.assertEqual(c.line(), "END")
+        self.assertEqual(c.cmd("RELEASE acl"), "OK")
+        self.assertRegex(c.cmd("ACQUIRE acl SHARED TTL 5000"), r"^OK ")
+        self.assertRegex(c.cmd("STATUS acl"), r"^OK HELD \d+ \d+ SHARED 1$")
+        self.assertEqual(c.cmd("EXTEND acl 6000"), "OK 6000")
+        self.assertEqual(c.cmd("RELEASE acl"), "OK")
+        self.assertRegex(c.cmd("FILL acl"), r"^OK ")
         self.assertEqual(c.cmd("RELEASE acl"), "OK")
 
     def test_wrong_password(self):

@@ -35,7 +35,7 @@ class Pipeline(BrokerTest):
             out.append(a.line())
             if out[-1] == "END":
                 break
-        self.assertEqual(len(out), 12)
+        self.assertEqual(len(out), 15)  # 14 commands and END
         while True:
             l = a.line()
             if l == "END":

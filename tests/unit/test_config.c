@@ -152,6 +152,8 @@ assert_defaults(const struct config *cf)
 	ck_assert_int_eq(cf->limits.auth_timeout_s, 10);
 	ck_assert_str_eq(cf->auth.secret, "");
 	ck_assert_str_eq(cf->auth.secret_file, "");
+	ck_assert_str_eq(cf->auth.admin_secret, "");
+	ck_assert_str_eq(cf->auth.admin_secret_file, "");
 	ck_assert_str_eq(cf->log.level, "info");
 	ck_assert(!cf->log.syslog);
 	ck_assert(!cf->metrics.enabled);
@@ -234,8 +236,9 @@ static const char full_conf[] =
     "  idle_timeout_s = 300;\n"
     "  auth_timeout_s = 5;\n"
     "};\n"
-    "auth = { secret = \"s3cret\"; secret_file = \"/etc/lockbroker/secret\"; "
-    "};\n"
+    "auth = { secret = \"s3cret\"; secret_file = \"/etc/lockbroker/secret\";\n"
+    "  admin_secret = \"adm1n\";\n"
+    "  admin_secret_file = \"/etc/lockbroker/admin\"; };\n"
     "log = { level = \"debug\"; syslog = true; };\n"
     "metrics = { enabled = true; address = \"0.0.0.0\"; port = 19878; };\n";
 
@@ -288,6 +291,8 @@ START_TEST(test_full_file)
 	ck_assert_int_eq(cf.limits.auth_timeout_s, 5);
 	ck_assert_str_eq(cf.auth.secret, "s3cret");
 	ck_assert_str_eq(cf.auth.secret_file, "/etc/lockbroker/secret");
+	ck_assert_str_eq(cf.auth.admin_secret, "adm1n");
+	ck_assert_str_eq(cf.auth.admin_secret_file, "/etc/lockbroker/admin");
 	ck_assert_str_eq(cf.log.level, "debug");
 	ck_assert(cf.log.syslog);
 	ck_assert(cf.metrics.enabled);
@@ -306,6 +311,8 @@ expect_reloadable(const char *key)
 	    strncmp(key, "limits.", 7) == 0 || strncmp(key, "locks.", 6) == 0 ||
 	    strcmp(key, "auth.secret") == 0 ||
 	    strcmp(key, "auth.secret_file") == 0 ||
+	    strcmp(key, "auth.admin_secret") == 0 ||
+	    strcmp(key, "auth.admin_secret_file") == 0 ||
 	    strcmp(key, "redis.password") == 0 ||
 	    strcmp(key, "redis.password_file") == 0;
 }
@@ -323,7 +330,7 @@ START_TEST(test_diff_every_key)
 	    load_text(&b, full_conf, path, sizeof path, err, sizeof err) == 0,
 	    "%s", err);
 	config_diff(&a, &b, seen_fn, &s);
-	ck_assert_int_eq(s.n, 42); /* the keys of DESIGN.md section 6 */
+	ck_assert_int_eq(s.n, 44); /* every row of config_keys[] */
 	for (i = 0; i < s.n; i++) {
 		ck_assert_int_eq(seen_find(&s, s.key[i]), i);
 		ck_assert_msg(s.reloadable[i] == expect_reloadable(s.key[i]),
@@ -346,6 +353,8 @@ START_TEST(test_diff_some_keys)
 		{ "redis.sentinels", false },
 		{ "locks.lease_ms", true },
 		{ "locks.clock_drift", true },
+		{ "auth.admin_secret", true },
+		{ "auth.admin_secret_file", true },
 		{ "log.level", true },
 		{ "log.syslog", false },
 	};
@@ -365,6 +374,10 @@ START_TEST(test_diff_some_keys)
 	b.redis.sentinels[b.redis.nsentinels++] = strdup("h:1");
 	b.locks.lease_ms++;
 	b.locks.clock_drift = 0.2;
+	free(b.auth.admin_secret);
+	b.auth.admin_secret = strdup("adm1n");
+	free(b.auth.admin_secret_file);
+	b.auth.admin_secret_file = strdup("/etc/lockbroker/admin");
 	free(b.log.level);
 	b.log.level = strdup("debug");
 	b.log.syslog = true;
@@ -538,6 +551,24 @@ static const struct bad {
 	  "2345678901234567890123456789012345678901234567890123456789.sock\"; "
 	  "};\n",
 	    1, "listen.unix", "must be at most 107 bytes" },
+	{ "auth = {\n  secret = \"same\";\n  admin_secret = \"same\";\n};\n", 3,
+	    "auth.admin_secret", "must differ from auth.secret" },
+	{ "auth = {\n  admin_secret = \"same\";\n\n  secret = \"same\";\n};\n",
+	    2, "auth.admin_secret", "must differ from auth.secret" },
+	{ "auth = { secret = \"same\"; secret_file = \"/s\";\n"
+	  "  admin_secret = \"same\"; admin_secret_file = \"/a\"; };\n",
+	    2, "auth.admin_secret", "must differ from auth.secret" },
+	{ "auth = {\n  admin_secret = 5;\n};\n", 2, "auth.admin_secret",
+	    "expected a string" },
+	{ "auth = { admin_secret_file = true; };\n", 1,
+	    "auth.admin_secret_file", "expected a string" },
+	{ "auth = { admin_secret = [ \"a\" ]; };\n", 1, "auth.admin_secret",
+	    "expected a string" },
+	{ "auth = { admin_secrets = \"a\"; };\n", 1, "auth.admin_secrets",
+	    "unknown key" },
+	{ "listen = {\n  address = \"0.0.0.0\";\n};\n"
+	  "auth = { admin_secret = \"adm1n\"; };\n",
+	    2, "listen.address", "beyond loopback needs auth.secret" },
 };
 
 /* Each bad file: -1, nothing allocated, "FILE:LINE: KEY: why". */
@@ -618,6 +649,65 @@ START_TEST(test_big_numbers_elsewhere)
 }
 END_TEST
 
+/* An admin secret alone, or one unlike auth.secret, loads; "" is unset. */
+START_TEST(test_admin_secret)
+{
+	struct config cf;
+	char path[PATH_MAX], err[512];
+
+	ck_assert_msg(load_text(&cf, "auth = { admin_secret = \"adm1n\"; };\n",
+			  path, sizeof path, err, sizeof err) == 0,
+	    "%s", err);
+	ck_assert_str_eq(cf.auth.secret, "");
+	ck_assert_str_eq(cf.auth.admin_secret, "adm1n");
+	ck_assert_str_eq(cf.auth.admin_secret_file, "");
+	config_free(&cf);
+
+	ck_assert_msg(load_text(&cf,
+			  "auth = { secret = \"s3cret\"; admin_secret = "
+			  "\"s3cret2\";\n  admin_secret_file = \"/a\"; };\n"
+			  "listen = { address = \"0.0.0.0\"; };\n",
+			  path, sizeof path, err, sizeof err) == 0,
+	    "%s", err);
+	ck_assert_str_eq(cf.auth.secret, "s3cret");
+	ck_assert_str_eq(cf.auth.admin_secret, "s3cret2");
+	ck_assert_str_eq(cf.auth.admin_secret_file, "/a");
+	config_free(&cf);
+
+	/* Both empty are "no secret", not two equal secrets. */
+	ck_assert_msg(
+	    load_text(&cf, "auth = { secret = \"\"; admin_secret = \"\"; };\n",
+		path, sizeof path, err, sizeof err) == 0,
+	    "%s", err);
+	assert_defaults(&cf);
+	config_free(&cf);
+}
+END_TEST
+
+/* A reload swaps both admin keys in, and hands the old values back. */
+START_TEST(test_apply_admin)
+{
+	struct config live, fresh;
+	char path[PATH_MAX], err[512];
+
+	config_defaults(&live);
+	ck_assert_msg(load_text(&fresh,
+			  "auth = { admin_secret = \"adm1n\";\n"
+			  "  admin_secret_file = \"/a\"; };\n"
+			  "listen = { port = 1; };\n",
+			  path, sizeof path, err, sizeof err) == 0,
+	    "%s", err);
+	config_apply_reloadable(&live, &fresh);
+	ck_assert_str_eq(live.auth.admin_secret, "adm1n");
+	ck_assert_str_eq(live.auth.admin_secret_file, "/a");
+	ck_assert_int_eq(live.listen.port, 7878);
+	ck_assert_str_eq(fresh.auth.admin_secret, "");
+	ck_assert_str_eq(fresh.auth.admin_secret_file, "");
+	config_free(&fresh);
+	config_free(&live);
+}
+END_TEST
+
 /* The example file that ships must load and say exactly the defaults. */
 START_TEST(test_example_conf)
 {
@@ -657,6 +747,7 @@ config_suite(void)
 	tcase_add_test(tc, test_directory);
 	tcase_add_test(tc, test_edges);
 	tcase_add_test(tc, test_big_numbers_elsewhere);
+	tcase_add_test(tc, test_admin_secret);
 	tcase_add_test(tc, test_example_conf);
 	suite_add_tcase(s, tc);
 
@@ -669,6 +760,7 @@ config_suite(void)
 	tcase_add_unchecked_fixture(tc, tmp_setup, tmp_teardown);
 	tcase_add_test(tc, test_diff_every_key);
 	tcase_add_test(tc, test_diff_some_keys);
+	tcase_add_test(tc, test_apply_admin);
 	suite_add_tcase(s, tc);
 	return s;
 }
