@@ -142,6 +142,10 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 	res.ttl_ms = req->ttl_ms;
 	res.token = req->token;
 	lockreq_answer(req, &res);
+	/* A REVOKE ran after this grant in Redis, and its news came first
+	 * (the subscriber is another connection): lost already. */
+	if (fence <= req->ln->revoked)
+		lockhold_revoked(req->ln, req->ln->revoked);
 }
 
 /* Whether a hold, or a request other than req, goes by token on ln. */
@@ -513,6 +517,8 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 	if ((ln = lockreq_name_find(name)) == NULL)
 		return;
 	ln->refs++;
+	if (fence > ln->revoked)
+		ln->revoked = fence;
 	if (fence > 0)
 		lockhold_revoked(ln, fence);
 	lockq_kick(ln);

@@ -73,8 +73,9 @@ struct lock_name {
 	unsigned refs;
 	struct event *retry_ev; /* the head's next attempt; made when needed */
 	uint64_t backoff_ms;
-	bool attempting; /* the head's attempt is in Redis */
-	bool kicked;	 /* a release was seen while it was */
+	bool attempting;  /* the head's attempt is in Redis */
+	bool kicked;	  /* a release was seen while it was */
+	uint64_t revoked; /* the last REVOKE's fence heard of (0: none) */
 	char name[];
 };
 LIST_HEAD(lock_bucket, lock_name);

@@ -26,6 +26,8 @@
 #define CTL_DEFAULT_GRACE_MS 5000
 /* Room for an AUTH line under the broker's 128-byte limit before AUTH. */
 #define CTL_SECRET_MAX 122
+/* LIMIT <n>: the protocol's range, so a bad n is a usage error here. */
+#define CTL_LIMIT_MAX 10000
 
 /* The options a subcommand may take, as bits. */
 enum {
@@ -35,7 +37,12 @@ enum {
 	OPT_KEEP = 1 << 3,
 	OPT_TOKEN = 1 << 4,
 	OPT_GRACE = 1 << 5,
+	OPT_SHARED = 1 << 6,
+	OPT_LIMIT = 1 << 7,
 };
+
+/* The lock modes beyond exclusive, for acquire and run. */
+#define OPT_MODES (OPT_SHARED | OPT_LIMIT)
 
 /* Everything any subcommand parsed from its arguments. */
 struct ctl_args {
@@ -58,18 +65,26 @@ static int ctl_cmd_status(struct conn *, struct ctl_args *);
 static int ctl_cmd_info(struct conn *, struct ctl_args *);
 static int ctl_cmd_ping(struct conn *, struct ctl_args *);
 static int ctl_cmd_run(struct conn *, struct ctl_args *);
+static int ctl_cmd_fill(struct conn *, struct ctl_args *);
+static int ctl_cmd_who(struct conn *, struct ctl_args *);
+static int ctl_cmd_revoke(struct conn *, struct ctl_args *);
 
 /* The one table of subcommands; ctl_parse checks arity and options. */
 static const struct ctl_cmd ctl_cmds[] = {
 	{ "acquire", true, false,
-	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_KEEP | OPT_TOKEN, OPT_TTL,
-	    ctl_cmd_acquire },
+	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_KEEP | OPT_TOKEN | OPT_MODES,
+	    OPT_TTL, ctl_cmd_acquire },
 	{ "release", true, false, OPT_TOKEN, OPT_TOKEN, ctl_cmd_release },
 	{ "status", true, false, 0, 0, ctl_cmd_status },
+	{ "who", true, false, 0, 0, ctl_cmd_who },
+	{ "revoke", true, false, 0, 0, ctl_cmd_revoke },
 	{ "info", false, false, 0, 0, ctl_cmd_info },
 	{ "ping", false, false, 0, 0, ctl_cmd_ping },
-	{ "run", true, true, OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE, 0,
+	{ "run", true, true,
+	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE | OPT_MODES, 0,
 	    ctl_cmd_run },
+	{ "fill", true, true, OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE, 0,
+	    ctl_cmd_fill },
 };
 
 static const struct ctl_opt {
@@ -83,6 +98,8 @@ static const struct ctl_opt {
 	{ "--keep", OPT_KEEP, false },
 	{ "--token", OPT_TOKEN, true },
 	{ "--grace", OPT_GRACE, true },
+	{ "--shared", OPT_SHARED, false },
+	{ "--limit", OPT_LIMIT, true },
 };
 
 static char ctl_secret[CTL_SECRET_MAX + 2];
@@ -95,28 +112,36 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	fprintf(f,
 	    "usage: lockctl [-s HOST:PORT | -u PATH] [-a SECRET_FILE] "
 	    "SUBCOMMAND ...\n"
-	    "  run [--wait MS | --try] [--ttl MS] [--grace MS] NAME -- "
+	    "  run [--wait MS | --try] [--ttl MS] [--grace MS] "
+	    "[--shared | --limit N]\n"
+	    "      NAME -- COMMAND [ARG...]\n"
+	    "  fill [--wait MS | --try] [--ttl MS] [--grace MS] NAME -- "
 	    "COMMAND [ARG...]\n"
 	    "  acquire NAME --ttl MS [--wait MS | --try] [--keep] "
 	    "[--token T]\n"
+	    "      [--shared | --limit N]\n"
 	    "  release NAME --token T\n"
 	    "  status NAME\n"
+	    "  who NAME\n"
+	    "  revoke NAME   (-a FILE must hold auth.admin_secret)\n"
 	    "  info\n"
 	    "  ping\n"
 	    "Broker: -s/-u, else $LOCKBROKER_ADDR, else %s.\n"
 	    "Secret: -a FILE (its first line), else $LOCKBROKER_SECRET.\n"
 	    "Exit status:\n"
-	    "  0        done; run: COMMAND's, 128+N if signal N killed it\n"
+	    "  0        done; run, fill: COMMAND's, 128+N if signal N "
+	    "killed it;\n"
+	    "           fill: also when another caller did the work (DONE)\n"
 	    "  64       usage error\n"
 	    "  65       lock not obtained (TIMEOUT after --wait or --try)\n"
-	    "  66       run: lock lost while COMMAND ran; its group was "
+	    "  66       run, fill: lock lost while COMMAND ran; its group was "
 	    "stopped\n"
 	    "  67       release: the token does not hold the lock\n"
 	    "  69       broker or Redis unavailable\n"
 	    "  70       any other error from the broker\n"
 	    "  71       local error (secret file, fork, stdout)\n"
 	    "  77       AUTH refused, or needed and no secret given\n"
-	    "  126/127  run: COMMAND not executable / not found\n",
+	    "  126/127  run, fill: COMMAND not executable / not found\n",
 	    CTL_DEFAULT_ADDR);
 	exit(code);
 }
@@ -175,6 +200,15 @@ ctl_set_opt(struct ctl_args *a, const struct ctl_opt *o, const char *v)
 	case OPT_GRACE:
 		a->run.grace_ms = ctl_parse_ms(o->name, v, 0);
 		break;
+	case OPT_SHARED:
+		r->shared = true;
+		break;
+	case OPT_LIMIT:
+		if (proto_parse_u64(v, CTL_LIMIT_MAX, &r->limit) != 0 ||
+		    r->limit == 0)
+			ctl_usage_err("--limit wants a number of holders, 1-%d",
+			    CTL_LIMIT_MAX);
+		break;
 	}
 }
 
@@ -212,6 +246,8 @@ ctl_check(const struct ctl_cmd *cmd, struct ctl_args *a)
 {
 	if ((a->seen & OPT_WAIT) && (a->seen & OPT_TRY))
 		ctl_usage_err("--wait and --try exclude each other");
+	if ((a->seen & OPT_SHARED) && (a->seen & OPT_LIMIT))
+		ctl_usage_err("--shared and --limit exclude each other");
 	if ((cmd->need & OPT_TTL) && !(a->seen & OPT_TTL))
 		ctl_usage_err("acquire needs --ttl MS: without a TTL the lock "
 			      "would be a session lock, released when lockctl "
@@ -225,12 +261,14 @@ ctl_check(const struct ctl_cmd *cmd, struct ctl_args *a)
 		ctl_usage_err("a lock name is 1-200 bytes of 0x21-0x7E or "
 			      "0x80-0xFF");
 	if (cmd->command && (a->run.argv == NULL || a->run.argv[0] == NULL))
-		ctl_usage_err("run needs a COMMAND after NAME (and --)");
+		ctl_usage_err(
+		    "%s needs a COMMAND after NAME (and --)", cmd->name);
 }
 
 /*
  * A subcommand's arguments: options anywhere before COMMAND, NAME, then
- * for run COMMAND after "--" or at the next word that is not an option.
+ * for run and fill COMMAND after "--" or at the next word that is not an
+ * option.
  */
 static void
 ctl_parse(const struct ctl_cmd *cmd, struct ctl_args *a, int argc, char **argv)
@@ -413,26 +451,44 @@ ctl_parse_grant(char *line, struct grant *g)
 	return 0;
 }
 
-/* ACQUIRE until granted, TIMEOUT (65) or an error. */
+/* The mode words of an ACQUIRE: " SHARED", " LIMIT <n>", or none. */
+static void
+ctl_mode_words(const struct acquire_req *r, char *buf, size_t size)
+{
+	if (r->shared)
+		snprintf(buf, size, " SHARED");
+	else if (r->limit > 0)
+		snprintf(buf, size, " LIMIT %" PRIu64, r->limit);
+	else
+		buf[0] = '\0';
+}
+
+/*
+ * ACQUIRE (or FILL) until granted, TIMEOUT (65) or an error. A FILL may
+ * also be answered DONE: LC_FILL_DONE.
+ */
 int
 ctl_acquire(struct conn *c, const struct acquire_req *r, struct grant *g)
 {
 	int64_t wait = r->wait_ms < 0 ? CTL_WAIT_CHUNK_MS : r->wait_ms;
-	char ttl[32] = "";
+	char ttl[32] = "", mode[32];
 	char *line;
 	int rc;
 
 	if (r->ttl_ms > 0)
 		snprintf(ttl, sizeof(ttl), " TTL %" PRIu64, r->ttl_ms);
+	ctl_mode_words(r, mode, sizeof(mode));
 	for (;;) {
-		if (conn_send(c, "ACQUIRE %s%s WAIT %" PRId64 "%s%s%s", r->name,
-			ttl, wait, r->keep ? " KEEP" : "",
-			r->token ? " TOKEN " : "",
-			r->token ? r->token : "") != 0)
+		if (conn_send(c, "%s %s%s WAIT %" PRId64 "%s%s%s%s",
+			r->fill ? "FILL" : "ACQUIRE", r->name, ttl, wait,
+			r->keep ? " KEEP" : "", r->token ? " TOKEN " : "",
+			r->token ? r->token : "", mode) != 0)
 			return LC_EXIT_UNAVAILABLE;
 		/* The broker answers TIMEOUT itself when the wait ends. */
 		if ((rc = ctl_reply(c, wait + LC_IO_TIMEOUT_MS, &line)) != 0)
 			return rc;
+		if (r->fill && strcmp(line, "DONE") == 0)
+			return LC_FILL_DONE;
 		if (strcmp(line, "TIMEOUT") != 0)
 			return ctl_parse_grant(line, g);
 		if (r->wait_ms >= 0)
@@ -497,6 +553,56 @@ ctl_cmd_status(struct conn *c, struct ctl_args *a)
 	return 0;
 }
 
+/*
+ * Prints "<fence> <ttl_ms> <mode> <broker> <client> <since_ms>" per HOLDER
+ * line, nothing for a free name; both exit 0, as status does for FREE.
+ */
+static int
+ctl_cmd_who(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	int rc;
+
+	if (conn_send(c, "WHO %s", a->run.req.name) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	while ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
+		if (strcmp(line, "END") == 0)
+			return 0;
+		if (strncmp(line, "HOLDER ", 7) != 0)
+			return ctl_err_exit(line);
+		printf("%s\n", line + 7);
+	}
+	return rc;
+}
+
+/*
+ * Prints how many holders were removed (0 when the name was free). Only an
+ * AUTH with auth.admin_secret may REVOKE: ERR NOAUTH says so.
+ */
+static int
+ctl_cmd_revoke(struct conn *c, struct ctl_args *a)
+{
+	char *line;
+	uint64_t n;
+	int rc;
+
+	if (conn_send(c, "REVOKE %s", a->run.req.name) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	if (strncmp(line, "ERR NOAUTH ", 11) == 0) {
+		warnx("broker: %s", line);
+		warnx("revoke needs the broker's auth.admin_secret: -a FILE "
+		      "or $LOCKBROKER_SECRET");
+		return LC_EXIT_AUTH;
+	}
+	if (strncmp(line, "OK ", 3) != 0 ||
+	    proto_parse_u64(line + 3, UINT64_MAX, &n) != 0)
+		return ctl_err_exit(line);
+	printf("%" PRIu64 "\n", n);
+	return 0;
+}
+
 /* Prints "<key> <value>" per STAT line. */
 static int
 ctl_cmd_info(struct conn *c, struct ctl_args *a)
@@ -538,6 +644,21 @@ static int
 ctl_cmd_run(struct conn *c, struct ctl_args *a)
 {
 	return run_main(c, &a->run);
+}
+
+/*
+ * Single-flight: the leader runs COMMAND as run does (run.c leaves without
+ * RELEASE when COMMAND fails, so a waiter takes over); a caller answered
+ * DONE runs nothing and exits 0, the work being done.
+ */
+static int
+ctl_cmd_fill(struct conn *c, struct ctl_args *a)
+{
+	int rc;
+
+	a->run.req.fill = true;
+	rc = run_main(c, &a->run);
+	return rc == LC_FILL_DONE ? 0 : rc;
 }
 
 static const struct ctl_cmd *

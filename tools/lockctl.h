@@ -26,6 +26,9 @@ enum {
 	LC_EXIT_BROKER = 70,	  /* any other ERR, or a reply not understood */
 	LC_EXIT_OSERR = 71,	  /* local: fork, pipe, secret file, stdout */
 	LC_EXIT_AUTH = 77,	  /* ERR AUTH or ERR NOAUTH */
+	/* Not an exit code: ctl_acquire's answer when a FILL is DONE (the
+	 * leader finished the work); run_main passes it on, fill exits 0. */
+	LC_FILL_DONE = 256,
 };
 
 /* How long a request that does not wait for a lock may take, connect too. */
@@ -33,13 +36,19 @@ enum {
 
 /* lockctl.c */
 
-/* An ACQUIRE to make: lockctl.c builds it for acquire, run.c for run. */
+/*
+ * An ACQUIRE (or FILL) to make: lockctl.c builds it for acquire, run.c for
+ * run and fill.
+ */
 struct acquire_req {
 	const char *name;
 	uint64_t ttl_ms;   /* 0: a session lock */
 	int64_t wait_ms;   /* -1: until granted, 0: try once */
 	bool keep;	   /* KEEP: the lock outlives the connection */
 	const char *token; /* our own TOKEN, or NULL */
+	bool shared;	   /* SHARED: one of many readers */
+	uint64_t limit;	   /* LIMIT <n>: one of at most n holders; 0: none */
+	bool fill;	   /* FILL: single-flight, RELEASE only after success */
 };
 
 /* A grant: "OK <fence> <ttl_ms> <token>". */

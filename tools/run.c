@@ -435,7 +435,9 @@ run_loop(struct run *r)
 /*
  * COMMAND is done with the lock: RELEASE, whose reply also tells whether
  * the lock was still ours (ERR NOTHELD, or an EVENT LOST before it: the
- * lease ran out unseen while COMMAND ran). Then QUIT.
+ * lease ran out unseen while COMMAND ran). Then QUIT. A FILL leader whose
+ * COMMAND failed only QUITs: a RELEASE would tell the waiters DONE, while
+ * a QUIT makes one of them the leader, to try the work again.
  */
 static void
 run_release(struct run *r)
@@ -447,6 +449,11 @@ run_release(struct run *r)
 		return;
 	if (r->lost) {
 		conn_quit(r->c, RUN_QUIT_LOST_MS);
+		return;
+	}
+	if (r->o->req.fill &&
+	    !(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0)) {
+		conn_quit(r->c, LC_IO_TIMEOUT_MS);
 		return;
 	}
 	if (conn_send(r->c, "RELEASE %s", r->o->req.name) != 0)

@@ -1,7 +1,8 @@
 """lockctl, the command-line client, against a real redis-server and
 lockbrokerd: mutual exclusion of `lockctl run`, the lock in COMMAND's
 environment, exit codes, and the process group stopped when the lock is lost
-(key deleted in Redis, TTL run out, broker killed)."""
+(key deleted in Redis, TTL run out, broker killed, REVOKE); shared and
+counting locks, `who`, `revoke`, and single-flight `fill`."""
 
 import fcntl
 import os
@@ -20,6 +21,8 @@ EXIT_USAGE, EXIT_TIMEOUT, EXIT_LOST, EXIT_NOTHELD = 64, 65, 66, 67
 EXIT_UNAVAILABLE, EXIT_AUTH = 69, 77
 
 GRANT = re.compile(r"^(\d+) (\d+) (\S+)$")
+# who: "<fence> <ttl_ms> <mode> <broker> <client> <since_ms>"
+HOLDER = re.compile(r"^(\d+) (\d+) (\S+) (\S+):(\d+) (\d+)@(\S+) (\d+)$")
 
 
 def comm(pid):
@@ -97,6 +100,28 @@ class LockctlTest(BrokerTest):
 
     def status(self, name):
         return self.client().cmd("STATUS " + name)
+
+    def secret_file(self, name, secret):
+        path = self.path(name)
+        with open(path, "w") as f:
+            f.write(secret + "\n")
+        return path
+
+    def grant(self, *args):
+        """lockctl acquire ARGS, which must succeed: (fence, ttl, token)."""
+        rc, out, err = self.ctl("acquire", *args)
+        self.assertEqual(rc, 0, err)
+        m = GRANT.match(out.strip())
+        self.assertIsNotNone(m, out)
+        return int(m.group(1)), int(m.group(2)), m.group(3)
+
+    def who(self, name):
+        """lockctl who NAME: its lines, split into words."""
+        rc, out, err = self.ctl("who", name)
+        self.assertEqual(rc, 0, err)
+        for line in out.splitlines():
+            self.assertRegex(line, HOLDER)
+        return [line.split() for line in out.splitlines()]
 
     def start_group(self, name, *opts, script="", grandchild="sleep 60"):
         """`lockctl run` of a shell that starts a grandchild (which ends up
@@ -355,11 +380,33 @@ class Subcommands(LockctlTest):
                      ["run", "x"], ["run", "x", "--"], ["release", "x"],
                      ["status"], ["status", "a b"], ["frobnicate"],
                      ["acquire", "x", "--ttl", "9", "--token", "bad/token"],
-                     ["info", "extra"], ["ping", "--try"], []):
+                     ["info", "extra"], ["ping", "--try"],
+                     ["acquire", "x", "--ttl", "9", "--shared", "--limit",
+                      "2"],
+                     ["run", "--limit=2", "--shared", "x", "--", "true"],
+                     ["acquire", "x", "--ttl", "9", "--limit", "0"],
+                     ["acquire", "x", "--ttl", "9", "--limit", "10001"],
+                     ["acquire", "x", "--ttl", "9", "--shared=1"],
+                     ["fill", "x"], ["fill", "x", "--"],
+                     ["fill", "--shared", "x", "--", "true"],
+                     ["fill", "--wait", "1", "--try", "x", "--", "true"],
+                     ["who"], ["who", "a", "b"], ["revoke"],
+                     ["revoke", "x", "--try"], []):
             rc, out, err = self.ctl(*args, env=dead)
             self.assertEqual(rc, EXIT_USAGE, (args, err))
         rc, _, err = self.ctl("acquire", "x", env=dead)
         self.assertIn("lockctl run", err)
+        rc, _, err = self.ctl("acquire", "x", "--ttl", "9", "--shared",
+                              "--limit", "2", env=dead)
+        self.assertIn("--shared and --limit exclude each other", err)
+
+    def test_revoke_is_off_without_admin_secret(self):
+        self.grant("rv", "--ttl", "5000")
+        rc, out, err = self.ctl("revoke", "rv")
+        self.assertEqual((rc, out), (EXIT_AUTH, ""), err)
+        self.assertIn("ERR NOAUTH", err)
+        self.assertIn("auth.admin_secret", err)
+        self.assertEqual(len(self.who("rv")), 1)
 
     def test_unavailable(self):
         dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
@@ -395,6 +442,200 @@ class Subcommands(LockctlTest):
         for bad in ("/tmp/x.sock", "host:0", "host:99999", "[::1", ""):
             self.assertEqual(self.ctl("-s", bad, "ping", env=env)[0],
                              EXIT_USAGE, bad)
+
+
+class Modes(LockctlTest):
+    """--shared and --limit, and who."""
+
+    def test_shared_from_two_processes(self):
+        f1, _, t1 = self.grant("rd", "--ttl", "5000", "--shared")
+        f2, _, t2 = self.grant("rd", "--ttl", "5000", "--shared", "--try")
+        self.assertNotEqual(t1, t2)
+        self.assertGreater(f2, f1)
+        holders = self.who("rd")
+        self.assertEqual(sorted(int(h[0]) for h in holders), [f1, f2])
+        self.assertEqual({h[2] for h in holders}, {"SHARED"})
+        # A writer is excluded while they read.
+        self.assertEqual(self.ctl("acquire", "rd", "--ttl", "5000",
+                                  "--try")[0], EXIT_TIMEOUT)
+        for t in (t1, t2):
+            self.assertEqual(self.ctl("release", "rd", "--token", t)[0], 0)
+        self.assertEqual(self.status("rd"), "OK FREE")
+
+    def test_shared_runs_overlap(self):
+        # Each COMMAND waits until the other's has started: both must
+        # hold the lock at once, or this times out.
+        script = ('touch "$D/$1"; '
+                  'while [ ! -e "$D/$2" ]; do sleep 0.02; done')
+        runs = [self.start("run", "--shared", "--wait", "5000", "sh-run",
+                           "--", "sh", "-c", script, "sh", me, other,
+                           env=self.env(D=self.tmpdir))
+                for me, other in (("a", "b"), ("b", "a"))]
+        for p in runs:
+            out, err = p.communicate(timeout=10 * SLOW)
+            self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(self.status("sh-run"), "OK FREE")
+
+    def test_limit_third_holder_times_out(self):
+        f1 = self.grant("sem", "--ttl", "5000", "--limit", "2")[0]
+        f2 = self.grant("sem", "--ttl", "5000", "--limit=2", "--try")[0]
+        t0 = time.monotonic()
+        rc, out, err = self.ctl("acquire", "sem", "--ttl", "5000",
+                                "--limit", "2", "--try")
+        self.assertEqual((rc, out), (EXIT_TIMEOUT, ""), err)
+        self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
+        holders = self.who("sem")
+        self.assertEqual(sorted(int(h[0]) for h in holders), [f1, f2])
+        self.assertEqual({h[2] for h in holders}, {"LIMIT=2"})
+        # Another n on a held name is refused at once, not waited for.
+        rc, _, err = self.ctl("acquire", "sem", "--ttl", "5000",
+                              "--limit", "3", "--wait", "5000")
+        self.assertEqual(rc, 70, err)
+        self.assertIn("ERR ARGS", err)
+
+    def test_who_shows_the_holder(self):
+        self.assertEqual(self.ctl("who", "nobody")[:2], (0, ""))
+        before = int(time.time() * 1000)
+        fence, _, _ = self.grant("w", "--ttl", "5000")
+        after = int(time.time() * 1000)
+        [h] = self.who("w")
+        m = HOLDER.match(" ".join(h))
+        self.assertEqual(int(m.group(1)), fence)
+        self.assertLessEqual(int(m.group(2)), 5000)
+        self.assertEqual(m.group(3), "EXCLUSIVE")
+        self.assertEqual(int(m.group(5)), self.broker.proc.pid)
+        self.assertRegex(m.group(7), r"^127\.0\.0\.1:\d+$")
+        self.assertGreaterEqual(int(m.group(8)), before - 1000)
+        self.assertLessEqual(int(m.group(8)), after + 1000)
+
+    def test_who_shows_a_run_holder_with_its_fence(self):
+        script = ('echo $LOCK_FENCE > "$D/fence.tmp"; '
+                  'mv "$D/fence.tmp" "$D/fence"; '
+                  'while [ ! -e "$D/go" ]; do sleep 0.02; done')
+        p = self.start("run", "--limit", "3", "wr", "--", "sh", "-c", script,
+                       env=self.env(D=self.tmpdir))
+        wait_for(lambda: os.path.exists(self.path("fence")))
+        fence = int(self.slurp("fence"))
+        [h] = self.who("wr")
+        self.assertEqual((int(h[0]), h[2]), (fence, "LIMIT=3"))
+        open(self.path("go"), "w").close()
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(self.who("wr"), [])
+
+
+class Revoke(LockctlTest):
+    ADMIN = "adm1n-s3cret"
+    conf = {"auth": {"admin_secret": ADMIN}}
+
+    def test_revoke_stops_a_run_holder(self):
+        p, child, grandchild = self.start_group("rv")
+        # Without the admin secret: refused, the holder keeps it.
+        rc, out, err = self.ctl("revoke", "rv")
+        self.assertEqual((rc, out), (EXIT_AUTH, ""), err)
+        self.assertIn("ERR NOAUTH", err)
+        self.assertIn("auth.admin_secret", err)
+        self.assertIsNone(p.poll())
+        admin = self.secret_file("admin", self.ADMIN)
+        rc, out, err = self.ctl("-a", admin, "revoke", "rv")
+        self.assertEqual((rc, out), (0, "1\n"), err)
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual(p.returncode, EXIT_LOST, err)
+        self.assertIn("EVENT LOST rv", err)
+        self.assertIn("revoked", err)
+        self.assert_group_gone(child, grandchild)
+        self.assertEqual(self.status("rv"), "OK FREE")
+        self.assertEqual(self.ctl("-a", admin, "revoke", "rv")[:2],
+                         (0, "0\n"))
+
+    def test_revoke_removes_every_shared_holder(self):
+        for _ in range(3):
+            self.grant("rs", "--ttl", "5000", "--shared")
+        env = self.env(LOCKBROKER_SECRET=self.ADMIN)
+        self.assertEqual(self.ctl("revoke", "rs", env=env)[:2], (0, "3\n"))
+        self.assertEqual(self.who("rs"), [])
+
+    def test_the_ordinary_secret_is_not_admin(self):
+        b = self.start_broker({"auth": {"secret": "s3cret-w0rd",
+                                        "admin_secret": self.ADMIN}},
+                              name="both")
+        env = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % b.port)
+        plain = self.secret_file("plain", "s3cret-w0rd")
+        admin = self.secret_file("admin", self.ADMIN)
+        rc, out, err = self.ctl("-a", plain, "acquire", "rb", "--ttl",
+                                "5000", env=env)
+        self.assertEqual(rc, 0, err)
+        rc, _, err = self.ctl("-a", plain, "revoke", "rb", env=env)
+        self.assertEqual(rc, EXIT_AUTH, err)
+        self.assertIn("ERR NOAUTH", err)
+        # The admin secret passes where the ordinary one is asked for.
+        self.assertEqual(len(self.ctl("-a", admin, "who", "rb",
+                                      env=env)[1].splitlines()), 1)
+        self.assertEqual(self.ctl("-a", admin, "revoke", "rb", env=env)[:2],
+                         (0, "1\n"))
+
+
+class Fill(LockctlTest):
+    def fill(self, name, script, *opts):
+        return self.start("fill", *opts, name, "--", "sh", "-c", script,
+                          env=self.env(D=self.tmpdir))
+
+    def wait_waiting(self, n):
+        """Until n requests wait in the broker."""
+        wait_for(lambda: int(self.broker.info()["waiters"]) >= n,
+                 timeout=5 * SLOW)
+
+    def test_concurrent_fills_run_once(self):
+        script = 'sleep 1; echo "$LOCK_FENCE" >> "$D/out"'
+        runs = [self.fill("cache", script) for _ in range(2)]
+        results = [p.communicate(timeout=10 * SLOW) + (p.returncode,)
+                   for p in runs]
+        for out, err, rc in results:
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, "")
+        self.assertEqual(len(self.slurp("out").splitlines()), 1)
+        self.assertEqual(self.status("cache"), "OK FREE")
+
+    def test_done_waiter_runs_nothing(self):
+        leader = self.fill("fd", 'touch "$D/started"; '
+                           'while [ ! -e "$D/go" ]; do sleep 0.02; done; '
+                           'echo leader >> "$D/out"')
+        wait_for(lambda: os.path.exists(self.path("started")))
+        [h] = self.who("fd")
+        self.assertEqual(h[2], "FILL")
+        # A try-once is never DONE: there is a leader, so TIMEOUT.
+        rc, _, err = self.ctl("fill", "--try", "fd", "--", "sh", "-c",
+                              'echo try >> "$D/out"',
+                              env=self.env(D=self.tmpdir))
+        self.assertEqual(rc, EXIT_TIMEOUT, err)
+        waiter = self.fill("fd", 'echo waiter >> "$D/out"')
+        self.wait_waiting(1)
+        open(self.path("go"), "w").close()
+        for p in (leader, waiter):
+            out, err = p.communicate(timeout=10 * SLOW)
+            self.assertEqual((p.returncode, out), (0, ""), err)
+        self.assertEqual(self.slurp("out"), "leader\n")
+        self.assertEqual(self.status("fd"), "OK FREE")
+
+    def test_failed_leader_hands_over(self):
+        leader = self.fill("ff", 'touch "$D/started"; '
+                           'while [ ! -e "$D/go" ]; do sleep 0.02; done; '
+                           'echo leader >> "$D/out"; exit 3')
+        wait_for(lambda: os.path.exists(self.path("started")))
+        fence = int(self.who("ff")[0][0])
+        waiter = self.fill("ff", 'echo "waiter $LOCK_FENCE" >> "$D/out"')
+        self.wait_waiting(1)
+        open(self.path("go"), "w").close()
+        out, err = leader.communicate(timeout=10 * SLOW)
+        self.assertEqual(leader.returncode, 3, err)
+        out, err = waiter.communicate(timeout=10 * SLOW)
+        self.assertEqual(waiter.returncode, 0, err)
+        lines = self.slurp("out").splitlines()
+        self.assertEqual(lines[0], "leader")
+        self.assertEqual(lines[1].split()[0], "waiter")
+        self.assertGreater(int(lines[1].split()[1]), fence)
+        self.assertEqual(len(lines), 2)
+        self.assertEqual(self.status("ff"), "OK FREE")
 
 
 class Auth(LockctlTest):
