@@ -218,16 +218,17 @@ cmd_acquire_opts(struct session *s, int argc, char **argv, bool fill,
 		const char *kw = argv[i];
 		bool has_value = i + 1 < argc;
 
-		if (!fill &&
-		    (proto_keyword(kw, "SHARED") ||
-			proto_keyword(kw, "LIMIT")) &&
-		    a->mode != LDB_EXCLUSIVE) {
+		bool shared = !fill && proto_keyword(kw, "SHARED");
+		bool limit = !fill && proto_keyword(kw, "LIMIT");
+
+		if ((shared || limit) && a->mode != LDB_EXCLUSIVE &&
+		    a->mode != (shared ? LDB_SHARED : LDB_LIMIT)) {
 			cmd_error(s, PERR_ARGS,
 			    "SHARED and LIMIT exclude each other");
 			return -1;
-		} else if (!fill && proto_keyword(kw, "SHARED")) {
+		} else if (shared && a->mode == LDB_EXCLUSIVE) {
 			a->mode = LDB_SHARED;
-		} else if (!fill && proto_keyword(kw, "LIMIT") && has_value) {
+		} else if (limit && has_value && a->mode == LDB_EXCLUSIVE) {
 			a->mode = LDB_LIMIT;
 			if (cmd_parse_limit(s, argv[++i], &a->limit) != 0)
 				return -1;

@@ -27,11 +27,13 @@ resume_never(struct session *s)
 }
 
 static void
-setup_with(const char *secret)
+setup_with(const char *secret, const char *admin)
 {
 	config_defaults(&cf);
 	free(cf.auth.secret);
 	cf.auth.secret = strdup(secret);
+	free(cf.auth.admin_secret);
+	cf.auth.admin_secret = strdup(admin);
 	cf.limits.max_locks_per_client = 1;
 	base = event_base_new();
 	redisc_init(base, &cf.redis);
@@ -42,13 +44,19 @@ setup_with(const char *secret)
 static void
 setup(void)
 {
-	setup_with("");
+	setup_with("", "");
 }
 
 static void
 setup_auth(void)
 {
-	setup_with("sesame");
+	setup_with("sesame", "");
+}
+
+static void
+setup_admin(void)
+{
+	setup_with("", "root");
 }
 
 static void
@@ -73,7 +81,12 @@ run(const char *line, enum cmd_result *res)
 
 	memcpy(buf, line, len + 1);
 	cmd_session_init(&s, 1, out, resume_never, NULL);
-	*res = cmd_execute(&s, buf, len);
+	/* Lines separated by LF run one after the other on the session. */
+	for (char *p = buf, *nl; p != NULL; p = nl) {
+		if ((nl = strchr(p, '\n')) != NULL)
+			*nl++ = '\0';
+		*res = cmd_execute(&s, p, strlen(p));
+	}
 	cmd_session_end(&s, false);
 	len = evbuffer_get_length(out);
 	text = calloc(1, len + 1);
@@ -126,6 +139,38 @@ static const struct {
 	    "ERR ARGS EXTEND wants milliseconds, a plain decimal\n", CMD_DONE },
 	{ "VALIDATE x 0x1", "ERR ARGS a fence is a plain decimal\n", CMD_DONE },
 	{ "LOCKS", "END\n", CMD_DONE },
+	{ "ACQUIRE x SHARED LIMIT 2",
+	    "ERR ARGS SHARED and LIMIT exclude each other\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT 2 SHARED",
+	    "ERR ARGS SHARED and LIMIT exclude each other\n", CMD_DONE },
+	{ "ACQUIRE x SHARED shared",
+	    "ERR ARGS bad or repeated option 'shared'\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT 2 LIMIT 3",
+	    "ERR ARGS bad or repeated option 'LIMIT'\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT", "ERR ARGS bad or repeated option 'LIMIT'\n",
+	    CMD_DONE },
+	{ "ACQUIRE x LIMIT 0", "ERR ARGS LIMIT wants 1-10000\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT 10001", "ERR ARGS LIMIT wants 1-10000\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT -1", "ERR ARGS LIMIT wants 1-10000\n", CMD_DONE },
+	{ "ACQUIRE x LIMIT 3 TTL 5",
+	    "ERR ARGS ttl must be between 10 and 86400000 ms\n", CMD_DONE },
+	{ "FILL x KEEP", "ERR ARGS bad or repeated option 'KEEP'\n", CMD_DONE },
+	{ "FILL x SHARED", "ERR ARGS bad or repeated option 'SHARED'\n",
+	    CMD_DONE },
+	{ "FILL x LIMIT 2", "ERR ARGS bad or repeated option 'LIMIT'\n",
+	    CMD_DONE },
+	{ "FILL x TTL 5", "ERR ARGS ttl must be between 10 and 86400000 ms\n",
+	    CMD_DONE },
+	{ "FILL",
+	    "ERR ARGS usage: FILL <name> [TTL <ms>] [WAIT <ms>] "
+	    "[TOKEN <t>]\n",
+	    CMD_DONE },
+	{ "WHO", "ERR ARGS usage: WHO <name>\n", CMD_DONE },
+	{ "WHO a b", "ERR ARGS usage: WHO <name>\n", CMD_DONE },
+	{ "REVOKE x",
+	    "ERR NOAUTH REVOKE is off: auth.admin_secret is not set\n",
+	    CMD_DONE },
+	{ "REVOKE", "ERR ARGS usage: REVOKE <name>\n", CMD_DONE },
 };
 
 START_TEST(test_sync_replies)
@@ -155,9 +200,9 @@ END_TEST
 
 START_TEST(test_table)
 {
-	static const char *const verbs[] = { "PING", "AUTH", "ACQUIRE",
-		"RELEASE", "EXTEND", "STATUS", "VALIDATE", "LOCKS", "INFO",
-		"HELP", "QUIT" };
+	static const char *const verbs[] = { "PING", "AUTH", "ACQUIRE", "FILL",
+		"RELEASE", "EXTEND", "STATUS", "VALIDATE", "WHO", "REVOKE",
+		"LOCKS", "INFO", "HELP", "QUIT" };
 	enum cmd_result res;
 	char *help = run("HELP", &res);
 
@@ -207,7 +252,36 @@ static const struct {
 	{ "AUTH sesam", "ERR AUTH wrong secret\n", CMD_CLOSE },
 	{ "AUTH sesamee", "ERR AUTH wrong secret\n", CMD_CLOSE },
 	{ "AUTH", "ERR ARGS usage: AUTH <secret>\n", CMD_DONE },
+	{ "REVOKE x", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "AUTH sesame\nREVOKE x",
+	    "OK\nERR NOAUTH REVOKE is off: auth.admin_secret is not set\n",
+	    CMD_DONE },
 };
+
+/* Only the admin secret set: no AUTH needed, AUTH root makes an admin. */
+static const struct {
+	const char *line;
+	const char *reply;
+	enum cmd_result res;
+} admin_cases[] = {
+	{ "LOCKS", "END\n", CMD_DONE },
+	{ "REVOKE x", "ERR NOAUTH REVOKE needs AUTH with auth.admin_secret\n",
+	    CMD_DONE },
+	{ "AUTH root", "OK\n", CMD_DONE },
+	{ "AUTH roo", "ERR AUTH wrong secret\n", CMD_CLOSE },
+	{ "AUTH anything", "ERR AUTH wrong secret\n", CMD_CLOSE },
+};
+
+START_TEST(test_admin)
+{
+	enum cmd_result res;
+	char *out = run(admin_cases[_i].line, &res);
+
+	ck_assert_str_eq(out, admin_cases[_i].reply);
+	ck_assert_int_eq(res, admin_cases[_i].res);
+	free(out);
+}
+END_TEST
 
 START_TEST(test_auth_gate)
 {
@@ -226,6 +300,7 @@ cmd_suite(void)
 	Suite *s = suite_create("cmd");
 	TCase *tc = tcase_create("open");
 	TCase *ta = tcase_create("auth");
+	TCase *tm = tcase_create("admin");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_sync_replies, 0, nitems(sync_cases));
@@ -236,6 +311,9 @@ cmd_suite(void)
 	tcase_add_checked_fixture(ta, setup_auth, teardown);
 	tcase_add_loop_test(ta, test_auth_gate, 0, nitems(auth_cases));
 	suite_add_tcase(s, ta);
+	tcase_add_checked_fixture(tm, setup_admin, teardown);
+	tcase_add_loop_test(tm, test_admin, 0, nitems(admin_cases));
+	suite_add_tcase(s, tm);
 	return s;
 }
 
