@@ -306,7 +306,9 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		lockreq_ask(req->next, 0, &ask, info, sizeof info);
 		lockdb_handover(name, req->token, &ask, lock_handover_cb, req);
 	} else
-		lockdb_release(name, req->token, true,
+		lockdb_release(name, req->token,
+		    h != NULL && h->mode == LDB_FILL ? LDB_DONE_ALWAYS
+						     : LDB_DONE_IF_WAITED,
 		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
 			(uint64_t)lk.cf->redis.command_timeout_ms,
 		    lock_release_cb, req);

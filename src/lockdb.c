@@ -150,17 +150,19 @@ static struct redisc_script lockdb_share_lua = { "share",
 
 /*
  * Compare-and-delete, in either place a token can hold, then tell other
- * brokers' waiters, if there are any. A client's own RELEASE of an
- * exclusive lock that FILL waiters wait on marks it done with its fence.
+ * brokers' waiters, if there are any. A FILL leader's RELEASE (done 2),
+ * or a client's RELEASE of a lock FILL waiters wait on (done 1, :fill
+ * set), marks the work done with its fence.
  * KEYS: lock, waiters, holders, who, fence, fill, done.
- * ARGV: token, channel, name, done (0/1), how long done is kept.
+ * ARGV: token, channel, name, done (0/1/2), how long done is kept.
  * Returns 1 if released, 0 if not ours.
  */
 static struct redisc_script lockdb_release_lua = { "release",
 	LUA_NOW
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 	"  redis.call('DEL', KEYS[1], KEYS[4])\n"
-	"  if ARGV[4] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then\n"
+	"  if ARGV[4] == '2' or (ARGV[4] == '1' and\n"
+	"      redis.call('EXISTS', KEYS[6]) == 1) then\n"
 	"    redis.call('SET', KEYS[7], redis.call('GET', KEYS[5]) or '0', "
 	"'PX', ARGV[5])\n"
 	"  end\n"
@@ -562,12 +564,12 @@ lockdb_acquire(
 }
 
 void
-lockdb_release(const char *name, const char *token, bool done, uint64_t done_ms,
-    lockdb_cb *cb, void *arg)
+lockdb_release(const char *name, const char *token, enum lockdb_done done,
+    uint64_t done_ms, lockdb_cb *cb, void *arg)
 {
+	static const char *const marks[] = { "0", "1", "2" };
 	char ms[24];
-	const char *args[5] = { token, ldb.channel, name, done ? "1" : "0",
-		ms };
+	const char *args[5] = { token, ldb.channel, name, marks[done], ms };
 
 	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
 	lockdb_send(LDB_RELEASE,

@@ -68,9 +68,16 @@ const char *lockdb_channel(void);
  * back). A FILL whose watched leader finished is DONE instead. */
 void lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg);
-/* Compare-and-delete, announcing the release if the name is waited for.
- * done: a client's RELEASE, which tells FILL waiters the work is done. */
-void lockdb_release(const char *name, const char *token, bool done,
+/* Whether a release tells FILL waiters the work is done (:done). */
+enum lockdb_done {
+	LDB_DONE_NO,	    /* the broker's own releases: a waiter leads */
+	LDB_DONE_IF_WAITED, /* a client's RELEASE: if FILL waiters marked it */
+	LDB_DONE_ALWAYS,    /* a FILL leader's RELEASE */
+};
+
+/* Compare-and-delete, announcing the release if the name is waited for;
+ * done marks the work done for done_ms. */
+void lockdb_release(const char *name, const char *token, enum lockdb_done done,
     uint64_t done_ms, lockdb_cb *cb, void *arg);
 /* Compare (an exclusive holder), then hand the lock to next (an exclusive
  * ACQUIRE) with its own fence; never free in between. */

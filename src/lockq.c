@@ -325,10 +325,9 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		}
 	} else if (r->status == LDB_OK) {
 		lockq_granted(req, r->fence);
-		/* Ours now: the rest wait for it, unless they may share. */
-		next = req->mode == LDB_SHARED || req->mode == LDB_LIMIT
-		    ? 0
-		    : req->ttl_ms;
+		/* Ours now: the rest wait for it, unless they may share, or
+		 * are FILL waiters, whose try marks the name for DONE. */
+		next = req->mode != LDB_EXCLUSIVE ? 0 : req->ttl_ms;
 	} else if (req->owner == NULL) {
 		lockq_dequeue(req); /* freed below */
 	} else if (r->status == LDB_DONE) {

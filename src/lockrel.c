@@ -118,7 +118,8 @@ lockrel_release(
 	if (vanished && delay > 0)
 		lockdb_extend(name, token, delay, lockrel_done_cb, req);
 	else
-		lockdb_release(name, token, false, 0, lockrel_done_cb, req);
+		lockdb_release(
+		    name, token, LDB_DONE_NO, 0, lockrel_done_cb, req);
 }
 
 /* An owed release, done late: say whether it was still needed. */
@@ -162,8 +163,8 @@ lockrel_redis_up(void *arg)
 			    r->name);
 			free(r);
 		} else
-			lockdb_release(
-			    r->name, r->token, false, 0, lockrel_late_cb, r);
+			lockdb_release(r->name, r->token, LDB_DONE_NO, 0,
+			    lockrel_late_cb, r);
 	}
 }
 
