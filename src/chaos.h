@@ -17,6 +17,7 @@ enum chaos_fault {
 	CHAOS_NO_FENCE,	     /* every grant reports fence 1 */
 	CHAOS_BLIND_RELEASE, /* a release deletes whatever token holds it */
 	CHAOS_NO_VALIDITY,   /* a grant that came too late is answered OK */
+	CHAOS_NO_LIMIT,	     /* LIMIT <n> admits any number of holders */
 };
 
 #if LB_CHAOS_FAULTS

@@ -558,7 +558,9 @@ lockdb_acquire(
 		snprintf(mode, sizeof mode, "SHARED");
 	else
 		snprintf(mode, sizeof mode, "LIMIT=%u", a->limit);
-	snprintf(n, sizeof n, "%u", a->mode == LDB_LIMIT ? a->limit : 0);
+	snprintf(n, sizeof n, "%u",
+	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
+								  : 0);
 	lockdb_send(
 	    LDB_ACQUIRE, &lockdb_share_lua, name, "lfwhix", 6, args, cb, arg);
 }
