@@ -123,8 +123,7 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	if (r->status == LDB_OK)
 		lockq_granted(req, r->fence);
 	else if (r->status == LDB_CONFLICT)
-		lockreq_answer_err(req, PERR_ARGS,
-		    "the lock is held in another mode; ask as it is held");
+		lockq_conflict(req, r);
 	else if (r->status == LDB_NO || r->status == LDB_DONE) {
 		/* Someone else holds it now: our holds under it are stale. */
 		lockhold_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
@@ -299,6 +298,8 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	req->in_flight = true;
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
+	if (h != NULL)
+		h->releasing = true; /* no new FILL waiter waits on it */
 	/* Only an exclusive holder known here hands over; a FILL leader's
 	 * release is news for its waiters (DONE). */
 	if (h != NULL && h->mode == LDB_EXCLUSIVE &&
@@ -486,7 +487,8 @@ lock_revoke(struct lock_owner *o, const char *name, struct lock_result *res)
 		return -1;
 	req = lockreq_new(OP_REVOKE, o, name, NULL);
 	req->in_flight = true;
-	lockdb_revoke(name, lock_revoke_cb, req);
+	lockdb_revoke(
+	    name, (uint64_t)lk.cf->locks.max_ttl_ms, lock_revoke_cb, req);
 	return 0;
 }
 

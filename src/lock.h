@@ -86,6 +86,7 @@ struct lock_hold {
 	struct event *renew_ev;	 /* session locks: every lease/3 */
 	struct event *maxhold_ev;
 	struct lock_req *renewing; /* the renewal in flight, or NULL */
+	bool releasing;		   /* its RELEASE is in Redis */
 	char token[PROTO_TOKEN_MAX + 1];
 };
 

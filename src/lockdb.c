@@ -56,7 +56,8 @@
  * done, and a FILL whose watched leader is done (done >= watch) is DONE.
  * KEYS: lock, fence, waiters, holders, who, writer, done, fill.
  * ARGV: token, ttl, mark (0: a try-once), info, fill (0/1), watch.
- * Returns {1, fence}, {0, ms to look again, holder's fence} or {2, done}.
+ * Returns {1, fence}, {0, ms to look again, holder's fence}, {2, done}, or
+ * {3, n} when the token is a shared holder of it (n as the share script's).
  */
 static struct redisc_script lockdb_acquire_lua = { "acquire",
 	LUA_NOW LUA_HOLDERS
@@ -76,6 +77,10 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"if redis.call('EXISTS', KEYS[4]) == 1 then\n"
 	"  local now = now_ms()\n"
 	"  if prune(KEYS[4], KEYS[5], now) > 0 then\n"
+	"    if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
+	"      local m = redis.call('HGET', KEYS[5], '=mode') or ''\n"
+	"      return {3, tonumber(string.match(m, '^LIMIT=(%d+)$') or '0')}\n"
+	"    end\n"
 	"    if ARGV[3] ~= '0' then\n"
 	"      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])\n"
 	"    end\n"
@@ -86,14 +91,16 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 	"  local f = redis.call('INCR', KEYS[2])\n"
 	"  redis.call('DEL', KEYS[5], KEYS[6])\n"
-	"  redis.call('HSET', KEYS[5], ARGV[1], f .. ' ' .. ARGV[4])\n"
+	"  redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
 	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
 	"  return {1, f}\n"
 	"end\n"
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
 	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"  redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
 	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
-	"  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
+	"  return {1, f}\n"
 	"end\n"
 	"return refuse(redis.call('PTTL', KEYS[1]),\n"
 	"  tonumber(redis.call('GET', KEYS[2]) or '0'))\n",
@@ -102,7 +109,8 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 /*
  * Grant a shared place (SHARED, or LIMIT n): not while an exclusive holder
  * or a waiting writer is there, nor past n holders, nor in another mode
- * (then {3, n}, n = 0 for SHARED). Each holder has its own lease in the
+ * (then {3, n}, n = 0 for SHARED, -1 when this token holds it
+ * exclusively). Each holder has its own lease in the
  * set and its own fence from the same counter.
  * KEYS: lock, fence, waiters, holders, who, writer.
  * ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none).
@@ -129,11 +137,16 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"ARGV[1])\n"
 	"    stretch(KEYS[4], KEYS[5], now)\n"
 	"    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''\n"
-	"    return {1, tonumber(string.match(info, '^%d+') or '0')}\n"
+	"    local f = tonumber(string.match(info, '^%d+') or '0')\n"
+	"    redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
+	"    return {1, f}\n"
 	"  end\n"
 	"end\n"
 	"local t = redis.call('PTTL', KEYS[1])\n"
-	"if t ~= -2 then return refuse(t) end\n"
+	"if t ~= -2 then\n"
+	"  if redis.call('GET', KEYS[1]) == ARGV[1] then return {3, -1} end\n"
+	"  return refuse(t)\n"
+	"end\n"
 	"t = redis.call('PTTL', KEYS[6])\n"
 	"if t > 0 then return refuse(t) end\n"
 	"if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then\n"
@@ -142,7 +155,8 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"end\n"
 	"local f = redis.call('INCR', KEYS[2])\n"
 	"redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
-	"redis.call('HSET', KEYS[5], ARGV[1], f .. ' ' .. ARGV[4], '=mode', "
+	"redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4], "
+	"'=mode', "
 	"ARGV[5])\n"
 	"stretch(KEYS[4], KEYS[5], now)\n"
 	"return {1, f}\n",
@@ -201,7 +215,9 @@ static struct redisc_script lockdb_handover_lua = { "handover",
 	"  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
 	"  local f = redis.call('INCR', KEYS[2])\n"
 	"  redis.call('DEL', KEYS[3])\n"
-	"  redis.call('HSET', KEYS[3], ARGV[2], f .. ' ' .. ARGV[4])\n"
+	"  redis.call('HSET', KEYS[3], ARGV[2], string.format('%d', f) .. ' ' "
+	".. "
+	"ARGV[4])\n"
 	"  redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
 	"  return {1, f}\n"
 	"end\n"
@@ -274,22 +290,40 @@ static struct redisc_script lockdb_who_lua = { "who",
 	"" };
 
 /*
+ * Whether token still holds the name (in either place); when not, the
+ * fence of the last REVOKE of it, if one is remembered.
+ * KEYS: lock, holders, revoked. ARGV: token. Returns {1} or {0, fence}.
+ */
+static struct redisc_script lockdb_check_lua = { "check",
+	LUA_NOW "if redis.call('GET', KEYS[1]) == ARGV[1] then return {1} end\n"
+		"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
+		"if s and tonumber(s) > now_ms() then return {1} end\n"
+		"return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}\n",
+	"" };
+
+/*
  * Take the name from every holder, and tell every broker: "<name> revoked
  * <fence>" on the release channel (names hold no space), so that holds
  * with that fence or an older one are lost, and waiters may go.
- * KEYS: lock, holders, who, fence. ARGV: channel, name.
+ * A broker that missed the message (its subscriber was away) finds the
+ * fence in :revoked (kept for keep_ms, the longest lease) when it checks
+ * its holds again.
+ * KEYS: lock, holders, who, fence, writer, revoked.
+ * ARGV: channel, name, keep_ms.
  * Returns how many holders there were.
  */
 static struct redisc_script lockdb_revoke_lua = { "revoke",
-	LUA_NOW "local now = now_ms()\n"
-		"local n = redis.call('DEL', KEYS[1]) + "
-		"redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')\n"
-		"redis.call('DEL', KEYS[2], KEYS[3])\n"
-		"if n > 0 then\n"
-		"  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' revoked ' .. "
-		"(redis.call('GET', KEYS[4]) or '0'))\n"
-		"end\n"
-		"return n\n",
+	LUA_NOW
+	"local now = now_ms()\n"
+	"local n = redis.call('DEL', KEYS[1]) + "
+	"redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')\n"
+	"redis.call('DEL', KEYS[2], KEYS[3], KEYS[5])\n"
+	"if n > 0 then\n"
+	"  local f = redis.call('GET', KEYS[4]) or '0'\n"
+	"  redis.call('SET', KEYS[6], f, 'PX', ARGV[3])\n"
+	"  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' revoked ' .. f)\n"
+	"end\n"
+	"return n\n",
 	"" };
 
 enum lockdb_op {
@@ -300,6 +334,7 @@ enum lockdb_op {
 	LDB_STATUS,
 	LDB_WHO,
 	LDB_REVOKE,
+	LDB_CHECK,
 	LDB_WAIT
 };
 
@@ -402,7 +437,9 @@ lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 		return v[1] > 0;
 	case 3:
 		out->status = LDB_CONFLICT;
-		out->mode = v[1] > 0 ? LDB_LIMIT : LDB_SHARED;
+		out->mode = v[1] > 0 ? LDB_LIMIT
+		    : v[1] == 0	     ? LDB_SHARED
+				     : LDB_EXCLUSIVE;
 		out->limit =
 		    v[1] > 0 && v[1] <= UINT32_MAX ? (unsigned)v[1] : 0;
 		return true;
@@ -454,6 +491,12 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 	case LDB_WHO:
 		out->status = LDB_OK;
 		return lockdb_parse_who(r, out);
+	case LDB_CHECK:
+		if (!lockdb_ints(r, 1, v) || (v[0] == 0 && r->elements < 2))
+			return false;
+		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
+		out->fence = v[0] == 0 && v[1] > 0 ? (uint64_t)v[1] : 0;
+		return true;
 	case LDB_REVOKE:
 		if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
 			return false;
@@ -486,14 +529,15 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 /*
  * Keys as DESIGN.md §5 and docs/protocol.md §8: <prefix>{<name>} and
  * <prefix>{<name>}<suffix>, one letter per key: l the lock, f :fence,
- * w :waiters, h :holders, i :who, x :writer, d :done, g :fill.
+ * w :waiters, h :holders, i :who, x :writer, d :done, g :fill,
+ * r :revoked.
  */
 static size_t
 lockdb_key(char *buf, size_t len, const char *name, char kind)
 {
-	static const char letters[] = "fwhixdg";
+	static const char letters[] = "fwhixdgr";
 	static const char *const suffixes[] = { ":fence", ":waiters",
-		":holders", ":who", ":writer", ":done", ":fill" };
+		":holders", ":who", ":writer", ":done", ":fill", ":revoked" };
 	const char *p = strchr(letters, kind);
 	const char *suffix =
 	    kind != '\0' && p != NULL ? suffixes[p - letters] : "";
@@ -622,12 +666,23 @@ lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 }
 
 void
-lockdb_revoke(const char *name, lockdb_cb *cb, void *arg)
+lockdb_check(const char *name, const char *token, lockdb_cb *cb, void *arg)
 {
-	const char *args[2] = { ldb.channel, name };
+	const char *args[1] = { token };
 
 	lockdb_send(
-	    LDB_REVOKE, &lockdb_revoke_lua, name, "lhif", 2, args, cb, arg);
+	    LDB_CHECK, &lockdb_check_lua, name, "lhr", 1, args, cb, arg);
+}
+
+void
+lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	char keep[24];
+	const char *args[3] = { ldb.channel, name, keep };
+
+	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
+	lockdb_send(
+	    LDB_REVOKE, &lockdb_revoke_lua, name, "lhifxr", 3, args, cb, arg);
 }
 
 void
@@ -661,4 +716,5 @@ lockdb_init(const char *prefix)
 	redisc_script_add(&lockdb_status_lua);
 	redisc_script_add(&lockdb_who_lua);
 	redisc_script_add(&lockdb_revoke_lua);
+	redisc_script_add(&lockdb_check_lua);
 }

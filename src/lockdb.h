@@ -91,8 +91,14 @@ void lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
 void lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg);
 /* Every holder, for WHO. */
 void lockdb_who(const char *name, lockdb_cb *cb, void *arg);
-/* Remove every holder and announce "<name> revoked <fence>". */
-void lockdb_revoke(const char *name, lockdb_cb *cb, void *arg);
+/* Remove every holder and announce "<name> revoked <fence>"; the fence is
+ * also kept keep_ms in :revoked for brokers that miss the message. */
+void lockdb_revoke(
+    const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg);
+/* Whether token still holds name (OK) or not (NO; fence: the last REVOKE's
+ * remembered, or 0). */
+void lockdb_check(
+    const char *name, const char *token, lockdb_cb *cb, void *arg);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

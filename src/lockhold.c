@@ -267,6 +267,42 @@ lockhold_drop_token(struct lock_name *ln, const char *token,
 	}
 }
 
+static void
+lockhold_check_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&req->ln->holds); h != NULL && r->status == LDB_NO;
+	     h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (h->fence == req->fence && strcmp(h->token, req->token) == 0)
+			lockhold_lost(h,
+			    h->fence <= r->fence ? LOST_REVOKED : LOST_STOLEN);
+	}
+	lockreq_free(req);
+}
+
+/*
+ * Messages on the release channel were missed (the subscriber was away),
+ * among them perhaps a REVOKE of a hold here that nothing else would tell
+ * of before its lease ends (a fixed or kept lock is never renewed).
+ */
+void
+lockhold_recheck(struct lock_name *ln)
+{
+	struct lock_hold *h;
+	struct lock_req *req;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	{
+		req = lockreq_new(OP_CHECK, NULL, ln->name, h->token);
+		req->fence = h->fence;
+		req->in_flight = true;
+		lockdb_check(ln->name, h->token, lockhold_check_cb, req);
+	}
+}
+
 /* An admin revoked ln: every hold here with fence or an older one is
  * lost (a newer one was granted after). */
 void

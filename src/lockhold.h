@@ -38,6 +38,9 @@ void lockhold_free(struct lock_hold *h);
 /* Forget every hold of ln under token; another owner's is lost (why). */
 void lockhold_drop_token(struct lock_name *ln, const char *token,
     const struct lock_owner *o, enum lock_lost why);
+/* The subscriber missed messages: ask Redis whether ln's holds here still
+ * hold it; those that do not are lost (revoked or stolen). */
+void lockhold_recheck(struct lock_name *ln);
 /* An admin revoked ln: holds with fence or older are lost. */
 void lockhold_revoked(struct lock_name *ln, uint64_t fence);
 /* Whether a release for except's owner would take the lock from someone

@@ -233,32 +233,32 @@ lockq_replicate(struct lock_req *req, uint64_t fence)
 	    req);
 }
 
-/* A FILL waiter's try was refused by the holder with this fence: every
- * FILL waiter here waits on that one now (they all asked before it ends). */
+/*
+ * A FILL try sent at tried_us was refused by the leader with this fence:
+ * the FILL waiters here that had asked by then wait on that leader (or a
+ * later one). One that asked later is not told DONE for it: its own try,
+ * or the next one, says which leader it waits on.
+ */
 static void
-lockq_watch(struct lock_name *ln, uint64_t fence)
+lockq_watch(struct lock_name *ln, uint64_t fence, uint64_t tried_us)
 {
 	struct lock_req *r;
 
 	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
-	if (r->mode == LDB_FILL && r->watch < fence)
+	if (r->mode == LDB_FILL && r->wait_ms != 0 &&
+	    r->created_us <= tried_us && r->watch < fence)
 		r->watch = fence;
 }
 
-/* What a new FILL waiter waits on: what the others here wait on, or the
- * leader here. */
+/* A new FILL waiter waits on the leader here, unless it is releasing. */
 static uint64_t
 lockq_watch_of(struct lock_name *ln)
 {
 	struct lock_hold *h;
-	struct lock_req *r;
 	uint64_t w = 0;
 
-	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
-	if (r->mode == LDB_FILL && r->watch > w)
-		w = r->watch;
 	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (h->mode == LDB_FILL && h->fence > w)
+	if (h->mode == LDB_FILL && !h->releasing && h->fence > w)
 		w = h->fence;
 	return w;
 }
@@ -273,7 +273,8 @@ lockq_done(struct lock_req *head, uint64_t done)
 
 	for (r = TAILQ_FIRST(&head->ln->waiters); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, queue_entry);
-		if (r->mode != LDB_FILL || r->watch == 0 || r->watch > done)
+		if (r->mode != LDB_FILL || r->wait_ms == 0 || r->watch == 0 ||
+		    r->watch > done)
 			continue;
 		STAT_INC(fills_done_total);
 		lockq_dequeue(r);
@@ -283,17 +284,22 @@ lockq_done(struct lock_req *head, uint64_t done)
 	}
 }
 
-/* Held in another shared mode than req asks for. */
-static void
+/* Held in another mode than req asks for: by others in another shared
+ * mode, or by req's own token in the other family. */
+void
 lockq_conflict(struct lock_req *req, const struct lockdb_reply *r)
 {
 	static char text[64];
+	const char *who = req->mode == LDB_SHARED || req->mode == LDB_LIMIT
+	    ? "the lock is held"
+	    : "this token holds it";
 
-	if (r->mode == LDB_SHARED)
-		snprintf(text, sizeof text, "the lock is held SHARED");
+	if (r->mode == LDB_EXCLUSIVE)
+		snprintf(text, sizeof text, "this token holds it exclusively");
+	else if (r->mode == LDB_SHARED)
+		snprintf(text, sizeof text, "%s SHARED", who);
 	else
-		snprintf(text, sizeof text, "the lock is held with LIMIT %u",
-		    r->limit);
+		snprintf(text, sizeof text, "%s with LIMIT %u", who, r->limit);
 	lockq_dequeue(req);
 	lockreq_answer_err(req, PERR_ARGS, text);
 }
@@ -339,7 +345,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	} else if (r->status == LDB_NO) {
 		next = r->pttl;
 		if (req->mode == LDB_FILL && r->fence > 0)
-			lockq_watch(ln, r->fence);
+			lockq_watch(ln, r->fence, req->tried_us);
 		if (req->wait_ms == 0) {
 			STAT_INC(timeouts_total);
 			lockq_dequeue(req);
@@ -389,6 +395,7 @@ lockq_attempt(struct lock_name *ln)
 	req->in_flight = true;
 	req->tries++;
 	req->start_ms = mono_ms();
+	req->tried_us = mono_us();
 	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 }
@@ -449,7 +456,7 @@ lockq_enqueue(struct lock_req *req)
 {
 	struct lock_name *ln = req->ln;
 
-	if (req->mode == LDB_FILL)
+	if (req->mode == LDB_FILL && req->wait_ms != 0)
 		req->watch = lockq_watch_of(ln);
 	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
 	req->queued = true;
@@ -465,6 +472,10 @@ lockq_enqueue(struct lock_req *req)
 		ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
 		lockq_first_try(ln, req);
+	} else if (req->mode == LDB_FILL && req->wait_ms != 0 &&
+	    req->watch == 0) {
+		/* The head's next try tells it which leader it waits on. */
+		lockq_kick(ln);
 	}
 }
 
@@ -497,11 +508,15 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 	uint64_t fence = 0;
 
 	if (msg == NULL) {
-		/* (Re)subscribed: releases may have been missed meanwhile. */
+		/* (Re)subscribed: releases and revokes may have been missed
+		 * meanwhile. */
 		for (size_t i = 0; i < lk.nbuckets; i++)
 			LIST_FOREACH(ln, &lk.buckets[i], entry)
-		if (!TAILQ_EMPTY(&ln->waiters))
-			lockq_retry_at(ln, 0);
+			{
+				if (!TAILQ_EMPTY(&ln->waiters))
+					lockq_retry_at(ln, 0);
+				lockhold_recheck(ln);
+			}
 		return;
 	}
 	if ((sp = memchr(msg, ' ', len)) != NULL) {

@@ -25,6 +25,8 @@ void lockq_attempt(struct lock_name *ln);
 void lockq_granted(struct lock_req *req, uint64_t fence);
 /* The answer to the head's try (or to a hand-over made for it). */
 void lockq_attempt_cb(const struct lockdb_reply *r, void *arg);
+/* Answer ERR ARGS for an ACQUIRE held in another mode (lockdb CONFLICT). */
+void lockq_conflict(struct lock_req *req, const struct lockdb_reply *r);
 /* Cancel the head's scheduled try. */
 void lockq_retry_stop(struct lock_name *ln);
 /* The head a RELEASE here may hand the lock to in the same script, now

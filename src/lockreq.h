@@ -30,6 +30,7 @@ enum lock_op {
 	OP_RENEW, /* a session lease, for its hold */
 	OP_WHO,
 	OP_REVOKE,
+	OP_CHECK, /* a hold, after the subscriber missed messages */
 };
 
 /*
@@ -60,7 +61,8 @@ struct lock_req {
 	uint64_t fence; /* OP_VALIDATE */
 	int64_t wait_ms;
 	uint64_t start_ms;     /* monotonic, read before sending */
-	uint64_t created_us;   /* for the wait-time histogram */
+	uint64_t created_us;   /* for the wait-time histogram; FILL's watch */
+	uint64_t tried_us;     /* the last try was sent (FILL's watch) */
 	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
 	struct event *deadline_ev;
 };

@@ -628,5 +628,72 @@ class RevokeOff(BrokerTest):
         self.assertEqual(c.cmd("PING"), "PONG")
 
 
+
+class Review(ModesBase):
+    """Cases a review found wrong in the first version."""
+    conf = {"auth": {"admin_secret": ADMIN},
+            "redis": {"reconnect_min_ms": 100, "reconnect_max_ms": 200}}
+
+    def test_revoke_heard_after_the_subscriber_was_away(self):
+        # The REVOKE message is published while this broker has no
+        # subscriber: a fixed lock (never renewed) is still told, once the
+        # subscriber is back and the broker checks its holds.
+        c = self.client()
+        f = fence_of(c.cmd("ACQUIRE z TTL 30000"))
+        a = self.admin()
+        self.redis("CLIENT", "KILL", "TYPE", "pubsub")
+        self.assertEqual(a.cmd("REVOKE z"), "OK 1")
+        got = poll_lines([c], 2.0 * SLOW, want=1)
+        self.assertEqual(got, {0: ["EVENT LOST z %d revoked" % f]})
+        self.assertEqual(c.until_end("LOCKS"), [])
+
+    def test_same_token_in_the_other_family_is_refused(self):
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE x TTL 60000 KEEP TOKEN tok1"), OK_RE)
+        self.assertEqual(c.cmd("ACQUIRE x SHARED TOKEN tok1"),
+                         "ERR ARGS this token holds it exclusively")
+        self.assertEqual(len(c.until_end("LOCKS")), 1)  # still held here
+        self.assertEqual(self.redis("GET", "lockbroker:{x}"), "tok1")
+        d = self.client()
+        self.assertRegex(d.cmd("ACQUIRE y LIMIT 2 TOKEN tok2"), OK_RE)
+        self.assertEqual(d.cmd("ACQUIRE y TOKEN tok2"),
+                         "ERR ARGS this token holds it with LIMIT 2")
+        self.assertEqual(len(d.until_end("LOCKS")), 1)
+        self.assertEqual(d.cmd("RELEASE y"), "OK")
+
+    def test_fill_after_the_leaders_release_is_never_done(self):
+        # A FILL sent right after the leader's RELEASE (same broker, the
+        # release still in Redis) must not be told DONE: the work it asks
+        # for was done before it asked. A try-once never hears DONE.
+        for i in range(20):
+            leader, w1, w2 = self.client(), self.client(), self.client()
+            self.assertRegex(leader.cmd("FILL f%d" % i), OK_RE)
+            leader.send("RELEASE f%d" % i)
+            w1.send("FILL f%d WAIT 0" % i)
+            w2.send("FILL f%d WAIT 300" % i)
+            self.assertEqual(leader.line(), "OK")
+            r1, r2 = w1.line(), w2.line()
+            self.assertNotEqual(r1, "DONE", "try-once told DONE")
+            self.assertNotEqual(r2, "DONE", "told DONE for an earlier fill")
+            for c, r in ((w1, r1), (w2, r2)):
+                if r.startswith("OK"):
+                    self.assertEqual(c.cmd("RELEASE f%d" % i), "OK")
+                else:
+                    self.assertIn(r, ("TIMEOUT",))
+            for c in (leader, w1, w2):
+                c.close()
+                self.clients.remove(c)
+
+    def test_who_follows_a_same_token_regrant(self):
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE k TTL 60000 KEEP TOKEN kt"), OK_RE)
+        a_id = a.cmd("WHO k").split()[5]
+        self.assertEqual(a.line(), "END")
+        self.assertRegex(b.cmd("ACQUIRE k TTL 60000 KEEP TOKEN kt"), OK_RE)
+        b_id = b.cmd("WHO k").split()[5]
+        self.assertEqual(b.line(), "END")
+        self.assertNotEqual(a_id, b_id)
+
+
 if __name__ == "__main__":
     main()
