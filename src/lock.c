@@ -242,8 +242,8 @@ lock_release_done(
 		lock_notheld(req);
 	else {
 		if (r->status == LDB_UNAVAILABLE)
-			lockrel_remember(
-			    req->ln->name, req->token, req->lease_end_ms);
+			lockrel_remember(req->ln->name, req->token,
+			    req->lease_end_ms, req->done);
 		lockreq_answer_db_error(req, r);
 	}
 	lockreq_free(req);
@@ -306,13 +306,15 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	    (req->next = lockq_handover_claim(req->ln)) != NULL) {
 		lockreq_ask(req->next, 0, &ask, info, sizeof info);
 		lockdb_handover(name, req->token, &ask, lock_handover_cb, req);
-	} else
-		lockdb_release(name, req->token,
-		    h != NULL && h->mode == LDB_FILL ? LDB_DONE_ALWAYS
-						     : LDB_DONE_IF_WAITED,
+	} else {
+		req->done = h != NULL && h->mode == LDB_FILL
+		    ? LDB_DONE_ALWAYS
+		    : LDB_DONE_IF_WAITED;
+		lockdb_release(name, req->token, req->done,
 		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
 			(uint64_t)lk.cf->redis.command_timeout_ms,
 		    lock_release_cb, req);
+	}
 	return 0;
 }
 

@@ -25,6 +25,7 @@
 struct lockrel {
 	TAILQ_ENTRY(lockrel) entry; /* in rel.owed while owed */
 	uint64_t lease_end_ms;	    /* 0: unknown, ask Redis */
+	enum lockdb_done done;	    /* a client's RELEASE: FILL waiters' DONE */
 	char token[PROTO_TOKEN_MAX + 1];
 	char name[];
 };
@@ -48,6 +49,15 @@ lockrel_new(const char *name, const char *token, uint64_t lease_end_ms)
 	snprintf(r->token, sizeof r->token, "%s", token);
 	r->lease_end_ms = lease_end_ms;
 	return r;
+}
+
+/* How long a release's DONE mark stays for FILL waiters: past their next
+ * try (as long as a waiter marks the name). */
+static uint64_t
+lockrel_done_ms(void)
+{
+	return 2 * (uint64_t)rel.cf->locks.retry_max_ms +
+	    (uint64_t)rel.cf->redis.command_timeout_ms;
 }
 
 static void
@@ -85,10 +95,16 @@ lockrel_owe(struct lockrel *r)
 }
 
 void
-lockrel_remember(const char *name, const char *token, uint64_t lease_end_ms)
+lockrel_remember(const char *name, const char *token, uint64_t lease_end_ms,
+    enum lockdb_done done)
 {
-	if (!rel.stopping)
-		lockrel_owe(lockrel_new(name, token, lease_end_ms));
+	struct lockrel *r;
+
+	if (rel.stopping)
+		return;
+	r = lockrel_new(name, token, lease_end_ms);
+	r->done = done;
+	lockrel_owe(r);
 }
 
 static void
@@ -163,8 +179,8 @@ lockrel_redis_up(void *arg)
 			    r->name);
 			free(r);
 		} else
-			lockdb_release(r->name, r->token, LDB_DONE_NO, 0,
-			    lockrel_late_cb, r);
+			lockdb_release(r->name, r->token, r->done,
+			    lockrel_done_ms(), lockrel_late_cb, r);
 	}
 }
 

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lockdb.h"
+
 struct event_base;
 struct config;
 
@@ -27,8 +29,8 @@ void lockrel_release(
     const char *name, const char *token, bool vanished, uint64_t lease_end_ms);
 /* Redis did not hear of a release: do it when Redis is back (unless
  * stopping: then its lease ends it). */
-void lockrel_remember(
-    const char *name, const char *token, uint64_t lease_end_ms);
+void lockrel_remember(const char *name, const char *token,
+    uint64_t lease_end_ms, enum lockdb_done done);
 /* A graceful stop: a release Redis does not hear of from now on is left
  * to its lease (one already owed is still tried while the loop runs). */
 void lockrel_stop(void);

@@ -45,6 +45,7 @@ struct lock_req {
 	struct lock_name *ln;	  /* referenced */
 	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
 	struct lock_req *next;	  /* OP_RELEASE: the waiter handed it */
+	enum lockdb_done done;	  /* OP_RELEASE: how it tells FILL waiters */
 	char token[PROTO_TOKEN_MAX + 1];
 	bool own_token; /* the broker made it: nobody else knows it */
 	unsigned tries; /* attempts sent, for an ACQUIRE */
