@@ -233,6 +233,9 @@ main(int argc, char **argv)
 		usage(1);
 	main_load_config(path, explicit_path);
 	if (test_only) {
+		/* The secret files are read (and compared) as a start would. */
+		cmd_init(&m.cf);
+		cmd_shutdown();
 		printf("%s: configuration OK\n",
 		    m.cf.path != NULL ? m.cf.path : "(defaults)");
 		config_free(&m.cf);

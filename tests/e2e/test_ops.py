@@ -144,5 +144,31 @@ class Exposure(BrokerTest):
                           p.stderr)
 
 
+    def test_equal_secret_files_fail_the_check_and_the_start(self):
+        import subprocess
+        from lbtest import LOCKBROKERD, render_conf
+        files = {}
+        for key in ("user", "admin"):
+            files[key] = os.path.join(self.tmpdir, key + ".secret")
+            with open(files[key], "w") as f:
+                f.write("same-secret\n")
+        conf = os.path.join(self.tmpdir, "secrets.conf")
+        with open(conf, "w") as f:
+            f.write(render_conf({"auth": {
+                "secret_file": files["user"],
+                "admin_secret_file": files["admin"]}}))
+        for args in (["-t", "-c", conf], ["-c", conf]):
+            p = subprocess.run([LOCKBROKERD] + args, capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("auth.admin_secret must differ from auth.secret",
+                          p.stderr)
+        with open(files["admin"], "w") as f:
+            f.write("other-secret\n")
+        p = subprocess.run([LOCKBROKERD, "-t", "-c", conf],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
 if __name__ == "__main__":
     main()
