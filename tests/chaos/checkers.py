@@ -64,6 +64,24 @@ def _worker_paused(g, faults):
                    g["t_sent"], g["t_granted"])
 
 
+def _mode(g):
+    """A hold's sharing mode: "exclusive", "shared" or "limit" (journals
+    from before the modes have none: exclusive)."""
+    return g.get("mode", "exclusive")
+
+
+def _excludes(a, g):
+    """Whether holds a and g exclude each other: one of them is exclusive.
+    SHARED readers share, and so do LIMIT holders (up to their limit)."""
+    return "exclusive" in (_mode(a), _mode(g))
+
+
+def mode_names(grants):
+    """The names held SHARED or with LIMIT at least once: the modes
+    checker judges them, the overlaps checker the others."""
+    return {g["name"] for g in grants if _mode(g) != "exclusive"}
+
+
 def _by_name(grants):
     """Grants grouped by lock name, each group in grant order."""
     out = collections.defaultdict(list)
@@ -74,17 +92,22 @@ def _by_name(grants):
     return out
 
 
-def _brief(g):
-    """A grant in a few words."""
-    return "%s fence %d (%s %d ms, b%d)" % (g["client"], g["fence"], g["kind"],
-                                           g["ttl"], g["broker"])
+def _brief(g, mode=True):
+    """A grant in a few words (its mode too, unless exclusive)."""
+    return "%s fence %d (%s%s %d ms, b%d)" % (
+        g["client"], g["fence"], "" if _mode(g) == "exclusive" or not mode
+        else mode_label(g) + ", ", g["kind"], g["ttl"], g["broker"])
 
 
 def check_fences(grants, faults):
     """(1) Per name, no fence is granted twice and fences strictly increase
     in the order clients read their OKs: a fence read more than SLACK_S
     after a higher one is a violation. An OK its worker may have read late
-    (the worker was paused meanwhile) is exempt from the order."""
+    (the worker was paused meanwhile) is exempt from the order. The order
+    binds two grants only if they exclude each other (one is exclusive):
+    two readers, or two LIMIT holders, may be granted in one order and read
+    in the other (one answer crossed a slow link), and that is no fault;
+    their fences must still be unique."""
     viol, late_read = [], []
     for name, gs in _by_name(grants).items():
         first = {}
@@ -105,13 +128,18 @@ def check_fences(grants, faults):
 
 def _out_of_order(name, seq):
     """Grants of seq (in read order) whose fence is below that of one read
-    more than SLACK_S before them."""
-    out, j, best = [], 0, None
+    more than SLACK_S before them and excluding them: any earlier grant for
+    an exclusive one, an earlier exclusive grant for a SHARED or LIMIT one
+    (for a name only ever held exclusively, every earlier grant)."""
+    out, j, top = [], 0, {"any": None, "exclusive": None}
     for g in seq:
         while seq[j]["t_granted"] < g["t_granted"] - SLACK_S:
-            if best is None or seq[j]["fence"] > best["fence"]:
-                best = seq[j]
+            for k in ("any", _mode(seq[j])):
+                if k in top and (top[k] is None or
+                                 seq[j]["fence"] > top[k]["fence"]):
+                    top[k] = seq[j]
             j += 1
+        best = top["any" if _mode(g) == "exclusive" else "exclusive"]
         if best is not None and g["fence"] < best["fence"]:
             out.append("%s: %s read %.0f ms after %s" % (
                 name, _brief(g), (g["t_granted"] - best["t_granted"]) * 1e3,
@@ -140,17 +168,28 @@ def check_overlaps(grants, faults, t_end):
     """(3) Two holders of one name at once is explained only if the older
     one (lower fence) had a lease that had surely ended when the newer was
     granted, and it was told so by its broker by then: news later than
-    SLACK_S must be explained by its broker or worker being stopped."""
+    SLACK_S must be explained by its broker or worker being stopped. Names
+    held SHARED or with LIMIT are the modes checker's."""
     viol, explained = [], []
-    for gs in _by_name(grants).values():
-        active = []
-        for g in gs:
-            active = [a for a in active if hold_end(a, t_end) > g["t_granted"]]
+    shared = mode_names(grants)
+    for name, gs in _by_name(grants).items():
+        if name in shared:
+            continue
+        for g, active in _open_holds(gs, t_end):
             for a in active:
                 ok, line = _overlap(a, g, faults, t_end)
                 (explained if ok else viol).append(line)
-            active.append(g)
     return {"violations": viol, "explained": explained}
+
+
+def _open_holds(gs, t_end):
+    """For each grant of gs (one name, in read order): (the grant, the
+    holds read before it still open when its OK was read)."""
+    active = []
+    for g in gs:
+        active = [a for a in active if hold_end(a, t_end) > g["t_granted"]]
+        yield g, list(active)
+        active.append(g)
 
 
 def _overlap(a, g, faults, t_end):
@@ -173,6 +212,62 @@ def _overlap(a, g, faults, t_end):
     return False, line
 
 
+def check_modes(grants, faults, t_end):
+    """(4) The names held SHARED or with LIMIT n: an exclusive hold (a
+    writer) overlapping any other hold, and more than n LIMIT holds open at
+    once, are violations unless explained by the overlaps rule (3): a
+    writer's overlap as a pair; n + k LIMIT holds open when one's OK is read
+    only if at least k of them are explained out, each an older hold (lower
+    fence) whose lease had surely ended by the grant of a newer one open at
+    that moment and whose holder was told. Explained cases are listed."""
+    viol, explained, grants_by = [], [], collections.Counter()
+    shared = mode_names(grants)
+    for name, gs in _by_name(grants).items():
+        if name not in shared:
+            continue
+        for g, active in _open_holds(gs, t_end):
+            grants_by["%s %s" % (name, mode_label(g))] += 1
+            for a in active:
+                if _excludes(a, g):
+                    ok, line = _overlap(a, g, faults, t_end)
+                    (explained if ok else viol).append(line)
+            if _mode(g) == "limit":
+                same = [a for a in active if _mode(a) == "limit"] + [g]
+                if len(same) > g["limit"]:
+                    ok, line = _over_limit(same, g, faults, t_end)
+                    (explained if ok else viol).append(line)
+    return {"violations": viol, "explained": explained,
+            "grants": dict(sorted(grants_by.items()))}
+
+
+def mode_label(g):
+    """A hold's mode in a word or two: exclusive, shared, limit 2."""
+    return "limit %d" % g["limit"] if _mode(g) == "limit" else _mode(g)
+
+
+def _over_limit(same, g, faults, t_end):
+    """Judge the LIMIT holds `same` (in read order, the last g) open at
+    once, more than g's limit: (explained, a line). A hold is explained
+    out when, paired with a newer one of them, the overlaps rule explains
+    it as the older."""
+    out = []
+    for h in same:
+        for h2 in same:
+            if h2["fence"] <= h["fence"]:
+                continue
+            ok, line = _overlap(*sorted((h, h2), key=lambda x: x["t_granted"]),
+                                faults=faults, t_end=t_end)
+            if ok:
+                out.append(line)
+                break
+    left = len(same) - len(out)
+    line = "%s: %d LIMIT %d holds open when %s was read (%s); %d explained " \
+        "out%s" % (g["name"], len(same), g["limit"], _brief(g, False),
+                   ", ".join(_brief(h, False) for h in same[:-1]), len(out),
+                   "".join(" | " + l for l in out))
+    return left <= g["limit"], line
+
+
 def _stopped(g, faults, a, b):
     """Whether g's broker or worker was stopped or dead within [a, b]."""
     return _during(_windows(faults, ("pause_broker", "kill_broker"),
@@ -181,7 +276,7 @@ def _stopped(g, faults, a, b):
 
 
 def check_late_grants(grants, acqs, faults, command_timeout_s):
-    """(4) No OK for a lease whose validity had ended. Two bounds show it
+    """(5) No OK for a lease whose validity had ended. Two bounds show it
     from outside the broker:
     - a try-once: its one try starts after t_sent, so an OK later than
       t_sent + validity (+ slack) came after the validity;
@@ -244,7 +339,7 @@ def _late_by_delay(g, faults):
 
 
 def check_liveness(faults):
-    """(5) After each heal every live broker granted a free name within
+    """(6) After each heal every live broker granted a free name within
     the liveness window."""
     viol, passed = [], 0
     for f in faults:
@@ -259,7 +354,7 @@ def check_liveness(faults):
 
 
 def check_resources(readings):
-    """(6) At the end each broker has its baseline fds (beyond connected
+    """(7) At the end each broker has its baseline fds (beyond connected
     clients) and an RSS within 20 MiB of its start."""
     viol = []
     for r in readings:
@@ -284,6 +379,7 @@ def run_all(records, writes, faults, t_end, command_timeout_s,
         "fences": check_fences(grants, faults),
         "stale_writes": check_stale_writes(writes),
         "overlaps": check_overlaps(grants, faults, t_end),
+        "modes": check_modes(grants, faults, t_end),
         "late_grants": check_late_grants(grants, acqs, faults,
                                          command_timeout_s),
         "liveness": check_liveness(faults),

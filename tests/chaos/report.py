@@ -3,12 +3,12 @@ reads and the JSON a program reads."""
 
 import collections
 
-from checkers import SHOW
+from checkers import SHOW, mode_label, mode_names
 
 SHOW_EXPLAINED = 40        # the JSON has every one
 
-CHECKERS = ("fences", "stale_writes", "overlaps", "late_grants", "liveness",
-            "resources")
+CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "late_grants",
+            "liveness", "resources")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
@@ -20,8 +20,14 @@ def operations(records, checks):
     """Counts of what the workers did and what they were told."""
     acq = collections.Counter()
     kinds, releases, lost = (collections.Counter() for _ in range(3))
+    by_mode = collections.defaultdict(collections.Counter)
+    shared = mode_names(r for r in records if r["type"] in ("acq", "grant"))
     stale, disconnects, unexpected = 0, 0, 0
     for r in records:
+        if r["type"] in ("acq", "grant") and r["name"] in shared:
+            by_mode["%s %s" % (r["name"], mode_label(r))][
+                "ok" if r["type"] == "grant" else
+                _reply_kind(r["reply"])] += 1
         if r["type"] == "acq":
             acq[_reply_kind(r["reply"])] += 1
         elif r["type"] == "grant":
@@ -39,6 +45,7 @@ def operations(records, checks):
             lost["unmatched " + r["reason"]] += 1
     sw = checks["stale_writes"]
     return {"acquires": dict(acq), "grants_by_kind": dict(kinds),
+            "shared_names": {k: dict(v) for k, v in sorted(by_mode.items())},
             "releases": dict(releases), "event_lost": dict(lost),
             "holders_woken_past_deadline": stale,
             "broken_connections": disconnects,
@@ -99,6 +106,7 @@ def summary(res):
                    a.get("disconnect", 0)))
     out.append("  grants by kind %s; releases %s" % (ops["grants_by_kind"],
                                                       ops["releases"]))
+    out.append("  SHARED/LIMIT names' acquires %s" % ops["shared_names"])
     out.append("  EVENT LOST %s; holders woken past their deadline %d; "
                "broken connections %d" % (
                    ops["event_lost"], ops["holders_woken_past_deadline"],
@@ -114,11 +122,14 @@ def summary(res):
     for name in CHECKERS:
         if name in checks:
             out += _checker_lines(name, checks[name])
-    ex = checks["overlaps"]["explained"]
-    out.append("explained overlaps: %d" % len(ex))
-    out += ["  " + l for l in ex[:SHOW_EXPLAINED]]
-    if len(ex) > SHOW_EXPLAINED:
-        out.append("  ... %d more in the JSON" % (len(ex) - SHOW_EXPLAINED))
+    for name, what in (("overlaps", "overlaps"),
+                       ("modes", "SHARED/LIMIT overlaps")):
+        ex = checks[name]["explained"]
+        out.append("explained %s: %d" % (what, len(ex)))
+        out += ["  " + l for l in ex[:SHOW_EXPLAINED]]
+        if len(ex) > SHOW_EXPLAINED:
+            out.append("  ... %d more in the JSON" % (len(ex) -
+                                                      SHOW_EXPLAINED))
     out.append("liveness checks passed: %d of %d" % (
         checks["liveness"]["passed"],
         checks["liveness"]["passed"] + len(checks["liveness"]["violations"])))

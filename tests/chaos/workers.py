@@ -19,7 +19,15 @@ from fenced import ResourceClient  # noqa: E402
 
 HOT = "hot"
 COLD = ["cold%d" % i for i in range(1, 9)]
-NAMES = [HOT] + COLD
+# Two names held in the sharing modes (docs/protocol.md §3): SEM only with
+# LIMIT SEM_LIMIT, RW by readers (SHARED) and writers (plain ACQUIRE).
+SEM, SEM_LIMIT = "sem", 2
+RW, RW_READERS = "rw", 0.8             # the share of RW's acquires SHARED
+NAMES = [HOT] + COLD + [SEM, RW]
+# The share of operations on SEM and on RW; the rest goes half to HOT and
+# half to the cold names, as before these two came. SEM's share is enough
+# for a LIMIT that admits everyone to show 3+ holders within seconds.
+SEM_SHARE, RW_SHARE = 0.06, 0.06
 TTLS = (None, 500, 2000)               # None: a session lock
 # 0 is a try-once. The hot name's waiters exercise queues and hand-over;
 # the cold names are mostly tried once, so few waiters queue there and a
@@ -27,6 +35,9 @@ TTLS = (None, 500, 2000)               # None: a session lock
 # the broker alone), which is what the late-grant checker can judge.
 HOT_WAITS = (0, 300, 1000, 3000)
 COLD_WAITS = (0, 0, 0, 300, 1000)
+# SEM and RW queue like the hot name (a waiter wakes at a release or a
+# lost hold) and are tried once a quarter of the time.
+MODE_WAITS = (0, 300, 1000, 3000)
 SOCK_TIMEOUT = 15                      # longer than any wait plus a fault
 
 
@@ -120,14 +131,14 @@ class Session:
     def round(self):
         """One ACQUIRE and, if granted, one hold."""
         ttl = self.rng.choice(TTLS)
-        hot = self.rng.random() < 0.5
         rec = {"client": self.client, "w": self.w, "broker": self.broker,
-               "name": HOT if hot else self.rng.choice(COLD),
-               "kind": "ttl" if ttl else "session",
-               "wait": self.rng.choice(HOT_WAITS if hot else COLD_WAITS)}
-        req = "ACQUIRE %s%s WAIT %d" % (rec["name"],
-                                        " TTL %d" % ttl if ttl else "",
-                                        rec["wait"])
+               "kind": "ttl" if ttl else "session"}
+        rec.update(self._pick())
+        req = "ACQUIRE %s%s%s WAIT %d" % (
+            rec["name"], " TTL %d" % ttl if ttl else "",
+            {"exclusive": "", "shared": " SHARED",
+             "limit": " LIMIT %d" % rec.get("limit", 0)}[rec["mode"]],
+            rec["wait"])
         rec["t_sent"] = time.monotonic()
         try:
             reply = self.conn.cmd(req)
@@ -144,10 +155,28 @@ class Session:
             time.sleep(self.rng.uniform(0.01, 0.1))
         self._flush_orphans()
 
+    def _pick(self):
+        """The name, mode and wait of the next ACQUIRE. A mode is
+        "exclusive" (plain ACQUIRE), "shared" (SHARED) or "limit" (LIMIT
+        n, n in "limit"); it is journalled with the hold."""
+        r = self.rng.random()
+        if r < SEM_SHARE:
+            return {"name": SEM, "mode": "limit", "limit": SEM_LIMIT,
+                    "wait": self.rng.choice(MODE_WAITS)}
+        if r < SEM_SHARE + RW_SHARE:
+            shared = self.rng.random() < RW_READERS
+            return {"name": RW, "mode": "shared" if shared else "exclusive",
+                    "wait": self.rng.choice(MODE_WAITS)}
+        hot = self.rng.random() < 0.5
+        return {"name": HOT if hot else self.rng.choice(COLD),
+                "mode": "exclusive",
+                "wait": self.rng.choice(HOT_WAITS if hot else COLD_WAITS)}
+
     def hold(self, g, ok):
         """Use the lock: write, hold 0-1.5 x its lease watching for EVENT
-        LOST, write again and release; the record goes out whatever
-        happens, since the checkers need every grant."""
+        LOST, write again and release (only an exclusive hold writes); the
+        record goes out whatever happens, since the checkers need every
+        grant."""
         g.update(type="grant", t_granted=g.pop("t_reply"), fence=int(ok[1]),
                  ttl=int(ok[2]), token=ok[3], writes=[])
         self._count(g, +1)
@@ -190,7 +219,12 @@ class Session:
                     g["unexpected"] = True
 
     def _write(self, g):
-        """One fenced write; the answer is kept with the hold."""
+        """One fenced write; the answer is kept with the hold. Only an
+        exclusive holder writes: the resource's rule (refuse a fence below
+        the highest accepted) would refuse a SHARED or LIMIT holder whose
+        fellow holder, granted later, wrote first, and that is no fault."""
+        if g["mode"] != "exclusive":
+            return
         t = time.monotonic()
         ok = self.res.write(g["name"], g["fence"], self.client)
         g["writes"].append([t, ok])
