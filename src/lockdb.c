@@ -10,6 +10,7 @@
 #include "chaos.h"
 #include "lockdb.h"
 #include "log.h"
+#include "proto.h"
 #include "redisc.h"
 #include "xmalloc.h"
 
@@ -22,23 +23,39 @@
 	"end\n"                                                                \
 	"local function ms(x) return string.format('%d', x) end\n"
 
+/* The lock key holds "<token> <WHO entry>" for an exclusive holder (or,
+ * from an older broker, just "<token>"), or "=shared" while shared holders
+ * hold the name: whether v is token's. */
+#define LUA_HOLDS                                                              \
+	"local function holds(v, t)\n"                                         \
+	"  return v == t or (type(v) == 'string' and\n"                        \
+	"    string.sub(v, 1, #t + 1) == t .. ' ')\n"                          \
+	"end\n"
+
 /* Shared holders: the set h (token -> lease end) and the hash who (token
- * -> WHO's info, and '=mode'). prune forgets the ended ones and says how
- * many are left; stretch makes both keys live as long as the last lease. */
+ * -> WHO's entry, and '=mode'), with the lock key l saying "=shared" for
+ * as long as the last lease. prune forgets the ended ones (and l with the
+ * last) and says how many are left; stretch makes the three keys live as
+ * long as the last lease (l must be free or "=shared"). */
 #define LUA_HOLDERS                                                            \
-	"local function prune(h, who, now)\n"                                  \
+	"local function prune(l, h, who, now)\n"                               \
 	"  local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))\n"      \
 	"  for _, t in ipairs(old) do redis.call('HDEL', who, t) end\n"        \
 	"  if #old > 0 then redis.call('ZREMRANGEBYSCORE', h, '-inf', "        \
 	"ms(now)) "                                                            \
 	"end\n"                                                                \
 	"  local n = redis.call('ZCARD', h)\n"                                 \
-	"  if n == 0 and #old > 0 then redis.call('DEL', who) end\n"           \
+	"  if n == 0 then\n"                                                   \
+	"    if #old > 0 then redis.call('DEL', who) end\n"                    \
+	"    if redis.call('GET', l) == '=shared' then redis.call('DEL', l) "  \
+	"end\n"                                                                \
+	"  end\n"                                                              \
 	"  return n\n"                                                         \
 	"end\n"                                                                \
-	"local function stretch(h, who, now)\n"                                \
+	"local function stretch(l, h, who, now)\n"                             \
 	"  local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')\n"        \
 	"  local left = ms(tonumber(top[2]) - now)\n"                          \
+	"  redis.call('SET', l, '=shared', 'PX', left)\n"                      \
 	"  redis.call('PEXPIRE', h, left)\n"                                   \
 	"  redis.call('PEXPIRE', who, left)\n"                                 \
 	"end\n"
@@ -47,85 +64,93 @@
  * Grant an exclusive lock (or a FILL's): SET NX PX and the fence INCR in
  * one script, so a grant and its fence can never be split, and two grants
  * can never share a fence. The holder's fence is the counter's value:
- * nothing increments it while the key exists. The same token asking again
- * gets its own fence back (a retried request grants once) and its lease
- * set to the new ttl. Shared holders keep it out, and a writer they keep
- * out marks itself (writer) so that no new reader comes in meanwhile. A
- * refused waiter marks the name as waited for (for mark ms), so that its
- * release is announced; a FILL waiter also asks for its end to be marked
- * done, and a FILL whose watched leader is done (done >= watch) is DONE.
+ * nothing increments it while the key exists. The key's value is the
+ * token and the holder's WHO entry (info); shared holders keep the key at
+ * "=shared", so the SET NX of a free name is all an uncontended grant
+ * costs. The same token asking again gets its own fence back (a retried
+ * request grants once), its lease set to the new ttl and its entry
+ * renewed. A writer shared holders keep out marks itself (writer: no new
+ * reader comes in meanwhile, and the reply's fourth element says so); its
+ * grant clears the mark (clear). A token that is one of the shared holders
+ * is in the other family. A refused waiter marks the name as waited for
+ * (for mark ms), so that its release is announced; a FILL waiter also asks
+ * for its end to be marked done, and a FILL whose watched leader is done
+ * (done >= watch) is DONE.
  * KEYS: lock, fence, waiters, holders, who, writer, done, fill.
- * ARGV: token, ttl, mark (0: a try-once), info, fill (0/1), watch.
- * Returns {1, fence}, {0, ms to look again, holder's fence}, {2, done}, or
- * {3, n} when the token is a shared holder of it (n as the share script's).
+ * ARGV: token, ttl, mark (0: a try-once), info, fill (0/1), watch,
+ * clear (0/1).
+ * Returns {1, fence}, {0, ms to look again, holder's fence, marked},
+ * {2, done}, or {3, n} when the token is a shared holder (n as the share
+ * script's).
  */
 static struct redisc_script lockdb_acquire_lua = { "acquire",
-	LUA_NOW LUA_HOLDERS
-	"local function refuse(t, f)\n"
+	"if ARGV[6] ~= '0' then\n"
+	"  local d = tonumber(redis.call('GET', KEYS[7]) or '0')\n"
+	"  if d >= tonumber(ARGV[6]) then return {2, d} end\n"
+	"end\n"
+	"local v = ARGV[1] .. ' ' .. ARGV[4]\n"
+	"if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then\n"
+	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
+	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	"end\n" LUA_NOW LUA_HOLDS LUA_HOLDERS "local function refuse(t, f, w)\n"
 	"  if ARGV[3] ~= '0' then\n"
 	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
 	"    if ARGV[5] == '1' then\n"
 	"      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])\n"
 	"    end\n"
+	"    if w == 1 then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) "
+	"end\n"
 	"  end\n"
-	"  return {0, t, f}\n"
+	"  return {0, t, f, ARGV[3] ~= '0' and w or 0}\n"
 	"end\n"
-	"if ARGV[6] ~= '0' then\n"
-	"  local d = tonumber(redis.call('GET', KEYS[7]) or '0')\n"
-	"  if d >= tonumber(ARGV[6]) then return {2, d} end\n"
-	"end\n"
-	"if redis.call('EXISTS', KEYS[4]) == 1 then\n"
+	"local cur = redis.call('GET', KEYS[1])\n"
+	"if cur == '=shared' then\n"
 	"  local now = now_ms()\n"
-	"  if prune(KEYS[4], KEYS[5], now) > 0 then\n"
+	"  if prune(KEYS[1], KEYS[4], KEYS[5], now) > 0 then\n"
 	"    if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
 	"      local m = redis.call('HGET', KEYS[5], '=mode') or ''\n"
 	"      return {3, tonumber(string.match(m, '^LIMIT=(%d+)$') or '0')}\n"
 	"    end\n"
-	"    if ARGV[3] ~= '0' then\n"
-	"      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])\n"
-	"    end\n"
 	"    local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n"
-	"    return refuse(tonumber(top[2]) - now, 0)\n"
+	"    return refuse(tonumber(top[2]) - now, 0, 1)\n"
 	"  end\n"
+	"  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
+	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
+	"  return {1, redis.call('INCR', KEYS[2])}\n"
 	"end\n"
-	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  local f = redis.call('INCR', KEYS[2])\n"
-	"  redis.call('DEL', KEYS[5], KEYS[6])\n"
-	"  redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
-	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
+	"local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+	"if holds(cur, ARGV[1]) then\n"
+	"  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
 	"  return {1, f}\n"
 	"end\n"
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"  redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
-	"  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n"
-	"  return {1, f}\n"
-	"end\n"
-	"return refuse(redis.call('PTTL', KEYS[1]),\n"
-	"  tonumber(redis.call('GET', KEYS[2]) or '0'))\n",
+	"return refuse(redis.call('PTTL', KEYS[1]), f, 0)\n",
 	"" };
 
 /*
  * Grant a shared place (SHARED, or LIMIT n): not while an exclusive holder
  * or a waiting writer is there, nor past n holders, nor in another mode
  * (then {3, n}, n = 0 for SHARED, -1 when this token holds it
- * exclusively). Each holder has its own lease in the
- * set and its own fence from the same counter.
+ * exclusively). Each holder has its own lease in the set, its own fence
+ * from the same counter, and its WHO entry in the hash.
  * KEYS: lock, fence, waiters, holders, who, writer.
  * ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none).
- * Returns {1, fence}, {0, ms to look again, 0} or {3, n}.
+ * Returns {1, fence}, {0, ms to look again, 0, 0} or {3, n}.
  */
 static struct redisc_script lockdb_share_lua = { "share",
-	LUA_NOW LUA_HOLDERS
-	"local now = now_ms()\n"
-	"local n = prune(KEYS[4], KEYS[5], now)\n"
+	LUA_NOW LUA_HOLDS LUA_HOLDERS
 	"local function refuse(t)\n"
 	"  if ARGV[3] ~= '0' then\n"
 	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
 	"  end\n"
-	"  return {0, t, 0}\n"
+	"  return {0, t, 0, 0}\n"
 	"end\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if v and v ~= '=shared' then\n"
+	"  if holds(v, ARGV[1]) then return {3, -1} end\n"
+	"  return refuse(redis.call('PTTL', KEYS[1]))\n"
+	"end\n"
+	"local now = now_ms()\n"
+	"local n = prune(KEYS[1], KEYS[4], KEYS[5], now)\n"
 	"if n > 0 then\n"
 	"  local m = redis.call('HGET', KEYS[5], '=mode')\n"
 	"  if m ~= ARGV[5] then\n"
@@ -135,19 +160,14 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"  if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
 	"    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), "
 	"ARGV[1])\n"
-	"    stretch(KEYS[4], KEYS[5], now)\n"
+	"    stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
 	"    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''\n"
 	"    local f = tonumber(string.match(info, '^%d+') or '0')\n"
 	"    redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
 	"    return {1, f}\n"
 	"  end\n"
 	"end\n"
-	"local t = redis.call('PTTL', KEYS[1])\n"
-	"if t ~= -2 then\n"
-	"  if redis.call('GET', KEYS[1]) == ARGV[1] then return {3, -1} end\n"
-	"  return refuse(t)\n"
-	"end\n"
-	"t = redis.call('PTTL', KEYS[6])\n"
+	"local t = redis.call('PTTL', KEYS[6])\n"
 	"if t > 0 then return refuse(t) end\n"
 	"if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then\n"
 	"  local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n"
@@ -158,7 +178,7 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4], "
 	"'=mode', "
 	"ARGV[5])\n"
-	"stretch(KEYS[4], KEYS[5], now)\n"
+	"stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
 	"return {1, f}\n",
 	"" };
 
@@ -166,33 +186,35 @@ static struct redisc_script lockdb_share_lua = { "share",
  * Compare-and-delete, in either place a token can hold, then tell other
  * brokers' waiters, if there are any. A FILL leader's RELEASE (done 2),
  * or a client's RELEASE of a lock FILL waiters wait on (done 1, :fill
- * set), marks the work done with its fence.
+ * set; it is set only with :waiters), marks the work done with its fence.
  * KEYS: lock, waiters, holders, who, fence, fill, done.
  * ARGV: token, channel, name, done (0/1/2), how long done is kept.
  * Returns 1 if released, 0 if not ours.
  */
 static struct redisc_script lockdb_release_lua = { "release",
-	LUA_NOW
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('DEL', KEYS[1], KEYS[4])\n"
-	"  if ARGV[4] == '2' or (ARGV[4] == '1' and\n"
-	"      redis.call('EXISTS', KEYS[6]) == 1) then\n"
+	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"
+	"if v == t or (v and string.sub(v, 1, #t + 1) == t .. ' ') then\n"
+	"  redis.call('DEL', KEYS[1])\n"
+	"  local f = ARGV[4] == '2' or (ARGV[4] == '1' and\n"
+	"    redis.call('EXISTS', KEYS[6]) == 1)\n"
+	"  if f then\n"
 	"    redis.call('SET', KEYS[7], redis.call('GET', KEYS[5]) or '0', "
 	"'PX', ARGV[5])\n"
 	"  end\n"
-	"else\n"
+	"  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end\n"
+	"else\n" LUA_NOW LUA_HOLDERS
 	"  local s = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
 	"  if not s then return 0 end\n"
 	"  redis.call('ZREM', KEYS[3], ARGV[1])\n"
 	"  redis.call('HDEL', KEYS[4], ARGV[1])\n"
-	"  if redis.call('EXISTS', KEYS[3]) == 0 then\n"
+	"  local now = now_ms()\n"
+	"  if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then\n"
 	"    redis.call('DEL', KEYS[4])\n"
 	"  end\n"
-	"  if tonumber(s) <= now_ms() then return 0 end\n"
+	"  if tonumber(s) <= now then return 0 end\n"
+	"  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end\n"
 	"end\n"
-	"if redis.call('EXISTS', KEYS[2]) == 1 then\n"
-	"  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
-	"end\n"
+	"redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
 	"return 1\n",
 	"" };
 
@@ -207,19 +229,17 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
  * Release straight to the next waiter: compare, then set the new holder
  * and its fence, so the lock is never free in between and the handover is
  * one round trip. Nothing is published: the lock is not free.
- * KEYS: lock, fence, who. ARGV: token, next token, ttl, next's info.
+ * KEYS: lock, fence, writer. ARGV: token, next token, ttl, next's info,
+ * clear (next marked the writer).
  * Returns {1, fence} or {0}.
  */
 static struct redisc_script lockdb_handover_lua = { "handover",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-	"  local f = redis.call('INCR', KEYS[2])\n"
-	"  redis.call('DEL', KEYS[3])\n"
-	"  redis.call('HSET', KEYS[3], ARGV[2], string.format('%d', f) .. ' ' "
-	".. "
-	"ARGV[4])\n"
-	"  redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
-	"  return {1, f}\n"
+	LUA_HOLDS
+	"if holds(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
+	"  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[4], 'PX', "
+	"ARGV[3])\n"
+	"  if ARGV[5] == '1' then redis.call('DEL', KEYS[3]) end\n"
+	"  return {1, redis.call('INCR', KEYS[2])}\n"
 	"end\n"
 	"return {0}\n",
 	"" };
@@ -227,17 +247,16 @@ static struct redisc_script lockdb_handover_lua = { "handover",
 /* Compare-and-PEXPIRE, in either place. KEYS: lock, holders, who.
  * ARGV: token, ttl. Returns 1 or 0. */
 static struct redisc_script lockdb_extend_lua = { "extend",
-	LUA_NOW LUA_HOLDERS
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('PEXPIRE', KEYS[3], ARGV[2])\n"
+	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"
+	"if v == t or (v and string.sub(v, 1, #t + 1) == t .. ' ') then\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"end\n"
+	"end\n" LUA_NOW LUA_HOLDERS
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
 	"if not s then return 0 end\n"
 	"local now = now_ms()\n"
 	"if tonumber(s) <= now then return 0 end\n"
 	"redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
-	"stretch(KEYS[2], KEYS[3], now)\n"
+	"stretch(KEYS[1], KEYS[2], KEYS[3], now)\n"
 	"return 1\n",
 	"" };
 
@@ -249,9 +268,10 @@ static struct redisc_script lockdb_extend_lua = { "extend",
 static struct redisc_script lockdb_status_lua = { "status",
 	LUA_NOW
 	"local c = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"local t = redis.call('PTTL', KEYS[1])\n"
-	"if t ~= -2 then\n"
-	"  return {1, t, c, 1, -1, c == tonumber(ARGV[1]) and 1 or 0}\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if v and v ~= '=shared' then\n"
+	"  return {1, redis.call('PTTL', KEYS[1]), c, 1, -1,\n"
+	"    c == tonumber(ARGV[1]) and 1 or 0}\n"
 	"end\n"
 	"local now = now_ms()\n"
 	"local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ms(now), "
@@ -269,14 +289,16 @@ static struct redisc_script lockdb_status_lua = { "status",
 	"  tonumber(string.match(m, '^LIMIT=(%d+)$') or '0'), valid}\n",
 	"" };
 
-/* KEYS: lock, holders, who. Returns {pttl, info, ...}, one pair per
- * holder (at most 10000). */
+/* KEYS: lock, holders, who, fence. Returns {pttl, "<fence> <entry>", ...},
+ * one pair per holder (at most 10000); "" for an entry not stored. */
 static struct redisc_script lockdb_who_lua = { "who",
 	LUA_NOW
-	"local tok = redis.call('GET', KEYS[1])\n"
-	"if tok then\n"
-	"  return {redis.call('PTTL', KEYS[1]), "
-	"redis.call('HGET', KEYS[3], tok) or ''}\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if v and v ~= '=shared' then\n"
+	"  local entry = string.match(v, '^%S+ (.+)$')\n"
+	"  local f = redis.call('GET', KEYS[4]) or '0'\n"
+	"  return {redis.call('PTTL', KEYS[1]), entry and f .. ' ' .. entry "
+	"or ''}\n"
 	"end\n"
 	"local now = now_ms()\n"
 	"local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ms(now), "
@@ -295,10 +317,11 @@ static struct redisc_script lockdb_who_lua = { "who",
  * KEYS: lock, holders, revoked. ARGV: token. Returns {1} or {0, fence}.
  */
 static struct redisc_script lockdb_check_lua = { "check",
-	LUA_NOW "if redis.call('GET', KEYS[1]) == ARGV[1] then return {1} end\n"
-		"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
-		"if s and tonumber(s) > now_ms() then return {1} end\n"
-		"return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}\n",
+	LUA_NOW LUA_HOLDS
+	"if holds(redis.call('GET', KEYS[1]), ARGV[1]) then return {1} end\n"
+	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
+	"if s and tonumber(s) > now_ms() then return {1} end\n"
+	"return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}\n",
 	"" };
 
 /*
@@ -315,9 +338,10 @@ static struct redisc_script lockdb_check_lua = { "check",
 static struct redisc_script lockdb_revoke_lua = { "revoke",
 	LUA_NOW
 	"local now = now_ms()\n"
-	"local n = redis.call('DEL', KEYS[1]) + "
-	"redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')\n"
-	"redis.call('DEL', KEYS[2], KEYS[3], KEYS[5])\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"local n = redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')\n"
+	"if v and v ~= '=shared' then n = n + 1 end\n"
+	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])\n"
 	"if n > 0 then\n"
 	"  local f = redis.call('GET', KEYS[4]) or '0'\n"
 	"  redis.call('SET', KEYS[6], f, 'PX', ARGV[3])\n"
@@ -430,6 +454,7 @@ lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 		    : v[1] > 0	       ? (uint64_t)v[1]
 				       : 0;
 		out->fence = v[2] > 0 ? (uint64_t)v[2] : 0;
+		out->marked = v[3] == 1;
 		return v[1] >= -2;
 	case 2:
 		out->status = LDB_DONE;
@@ -532,17 +557,15 @@ lockdb_reply_cb(const redisReply *r, void *arg)
  * w :waiters, h :holders, i :who, x :writer, d :done, g :fill,
  * r :revoked.
  */
-static size_t
-lockdb_key(char *buf, size_t len, const char *name, char kind)
+static const char *
+lockdb_suffix(char kind)
 {
 	static const char letters[] = "fwhixdgr";
 	static const char *const suffixes[] = { ":fence", ":waiters",
 		":holders", ":who", ":writer", ":done", ":fill", ":revoked" };
 	const char *p = strchr(letters, kind);
-	const char *suffix =
-	    kind != '\0' && p != NULL ? suffixes[p - letters] : "";
 
-	return (size_t)snprintf(buf, len, "%s{%s}%s", ldb.prefix, name, suffix);
+	return kind != '\0' && p != NULL ? suffixes[p - letters] : "";
 }
 
 static struct lockdb_req *
@@ -566,12 +589,22 @@ lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
 {
 	struct lockdb_req *req = lockdb_req_new(op, name, cb, arg);
 	int nkeys = (int)strlen(keys), n = 0;
-	char key[8][512];
+	char key[8][PROTO_NAME_MAX + 160];
 	const char *argv[16];
-	size_t lens[16];
+	size_t lens[16], base, slen;
+	const char *suffix;
 
+	/* "<prefix>{<name>}" once (redis.prefix is at most 64 bytes, a
+	 * name 200), then each key is it and a suffix. */
+	base =
+	    (size_t)snprintf(key[0], sizeof key[0], "%s{%s}", ldb.prefix, name);
 	for (int i = 0; i < nkeys; i++) {
-		lens[n] = lockdb_key(key[i], sizeof key[i], name, keys[i]);
+		suffix = lockdb_suffix(keys[i]);
+		slen = strlen(suffix);
+		if (i > 0)
+			memcpy(key[i], key[0], base);
+		memcpy(key[i] + base, suffix, slen + 1);
+		lens[n] = base + slen;
 		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {
@@ -586,7 +619,8 @@ lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
 	char ttl[24], mark[24], n[16], watch[24], mode[24];
-	const char *args[6] = { a->token, ttl, mark, a->info, mode, n };
+	const char *args[7] = { a->token, ttl, mark, a->info, mode, n,
+		a->clear_writer ? "1" : "0" };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
 	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
@@ -594,8 +628,10 @@ lockdb_acquire(
 		snprintf(mode, sizeof mode, "%d", a->mode == LDB_FILL);
 		snprintf(watch, sizeof watch, "%" PRIu64, a->watch);
 		args[5] = watch;
-		lockdb_send(LDB_ACQUIRE, &lockdb_acquire_lua, name, "lfwhixdg",
-		    6, args, cb, arg);
+		/* An exclusive ACQUIRE never reaches :done and :fill. */
+		lockdb_send(LDB_ACQUIRE, &lockdb_acquire_lua, name,
+		    a->mode == LDB_FILL ? "lfwhixdg" : "lfwhix", 7, args, cb,
+		    arg);
 		return;
 	}
 	if (a->mode == LDB_SHARED)
@@ -629,11 +665,12 @@ lockdb_handover(const char *name, const char *token,
     const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
 {
 	char ttl[24];
-	const char *args[4] = { token, next->token, ttl, next->info };
+	const char *args[5] = { token, next->token, ttl, next->info,
+		next->clear_writer ? "1" : "0" };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, next->ttl_ms);
 	lockdb_send(
-	    LDB_HANDOVER, &lockdb_handover_lua, name, "lfi", 4, args, cb, arg);
+	    LDB_HANDOVER, &lockdb_handover_lua, name, "lfx", 5, args, cb, arg);
 }
 
 void
@@ -662,7 +699,7 @@ lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg)
 void
 lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 {
-	lockdb_send(LDB_WHO, &lockdb_who_lua, name, "lhi", 0, NULL, cb, arg);
+	lockdb_send(LDB_WHO, &lockdb_who_lua, name, "lhif", 0, NULL, cb, arg);
 }
 
 void

@@ -43,6 +43,7 @@ struct lockdb_reply {
 	unsigned limit;	 /* LDB_LIMIT's n */
 	uint64_t count;	 /* STATUS: holders; REVOKE: holders removed */
 	bool valid;	 /* STATUS with a fence: a holder has it */
+	bool marked;	 /* ACQUIRE refused by shared holders: marked writer */
 	size_t nholders; /* WHO */
 	const struct lockdb_holder *holders;
 };
@@ -53,9 +54,10 @@ struct lockdb_ask {
 	uint64_t ttl_ms;
 	uint64_t mark_ms; /* refused: mark the name as waited for this long */
 	enum lockdb_mode mode;
-	unsigned limit;	  /* LDB_LIMIT */
-	uint64_t watch;	  /* LDB_FILL: the leader's fence it waits on, or 0 */
-	const char *info; /* "<mode> <broker> <client> <since_ms>", for WHO */
+	unsigned limit;	   /* LDB_LIMIT */
+	uint64_t watch;	   /* LDB_FILL: the leader's fence it waits on, or 0 */
+	bool clear_writer; /* it marked the name as a waiting writer */
+	const char *info;  /* "<mode> <broker> <client> <since_ms>", for WHO */
 };
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);

@@ -344,6 +344,8 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = 0;
 	} else if (r->status == LDB_NO) {
 		next = r->pttl;
+		if (r->marked)
+			req->marked_writer = true;
 		if (req->mode == LDB_FILL && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
 		if (req->wait_ms == 0) {

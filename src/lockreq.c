@@ -241,6 +241,7 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 	a->mode = req->mode;
 	a->limit = req->limit;
 	a->watch = req->watch;
+	a->clear_writer = req->marked_writer;
 	a->info = info;
 }
 

@@ -51,7 +51,8 @@ struct lock_req {
 	unsigned tries; /* attempts sent, for an ACQUIRE */
 	bool unsure;	/* an attempt got no answer: it may have been granted */
 	bool granted;
-	bool replicating; /* granted in Redis; WAITing for the replicas */
+	bool replicating;   /* granted in Redis; WAITing for the replicas */
+	bool marked_writer; /* a try marked it a writer readers wait for */
 	bool queued;
 	bool in_flight;
 	enum lock_kind kind;

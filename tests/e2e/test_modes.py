@@ -653,7 +653,7 @@ class Review(ModesBase):
         self.assertEqual(c.cmd("ACQUIRE x SHARED TOKEN tok1"),
                          "ERR ARGS this token holds it exclusively")
         self.assertEqual(len(c.until_end("LOCKS")), 1)  # still held here
-        self.assertEqual(self.redis("GET", "lockbroker:{x}"), "tok1")
+        self.assertEqual(self.redis("GET", "lockbroker:{x}").split()[0], "tok1")
         d = self.client()
         self.assertRegex(d.cmd("ACQUIRE y LIMIT 2 TOKEN tok2"), OK_RE)
         self.assertEqual(d.cmd("ACQUIRE y TOKEN tok2"),
@@ -693,6 +693,25 @@ class Review(ModesBase):
         b_id = b.cmd("WHO k").split()[5]
         self.assertEqual(b.line(), "END")
         self.assertNotEqual(a_id, b_id)
+
+
+    def test_a_lock_taken_by_an_older_broker(self):
+        # Older brokers stored just the token in the lock key; such a lock
+        # is still theirs to release, and WHO shows it without an entry.
+        self.redis("SET", "lockbroker:{old}", "oldtok", "PX", "60000")
+        self.redis("SET", "lockbroker:{old}:fence", "7")
+        c = self.client()
+        self.assertEqual(c.cmd("ACQUIRE old WAIT 0"), "TIMEOUT")
+        self.assertRegex(c.cmd("WHO old"), r"^HOLDER - \d+ - - - -$")
+        self.assertEqual(c.line(), "END")
+        self.assertEqual(c.cmd("VALIDATE old 7"), "OK VALID")
+        self.assertEqual(c.cmd("EXTEND old 30000 TOKEN oldtok"), "OK 30000")
+        self.assertEqual(c.cmd("RELEASE old TOKEN oldtok"), "OK")
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{old}"), 0)
+        self.assertEqual(fence_of(c.cmd("ACQUIRE old")), 8)
+        value = self.redis("GET", "lockbroker:{old}").split()
+        self.assertEqual(value[1], "EXCLUSIVE")
+        self.assertTrue(value[2].endswith(":%d" % self.broker.proc.pid))
 
 
 if __name__ == "__main__":
