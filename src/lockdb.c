@@ -36,7 +36,9 @@
  * -> WHO's entry, and '=mode'), with the lock key l saying "=shared" for
  * as long as the last lease. prune forgets the ended ones (and l with the
  * last) and says how many are left; stretch makes the three keys live as
- * long as the last lease (l must be free or "=shared"). */
+ * long as the last lease, and a millisecond more (l must be free or
+ * "=shared"): a key's expiry counts from the script's start, a bit before
+ * TIME's now, and l must not go while a lease in h is still running. */
 #define LUA_HOLDERS                                                            \
 	"local function prune(l, h, who, now)\n"                               \
 	"  local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))\n"      \
@@ -54,7 +56,7 @@
 	"end\n"                                                                \
 	"local function stretch(l, h, who, now)\n"                             \
 	"  local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')\n"        \
-	"  local left = ms(tonumber(top[2]) - now)\n"                          \
+	"  local left = ms(tonumber(top[2]) - now + 1)\n"                      \
 	"  redis.call('SET', l, '=shared', 'PX', left)\n"                      \
 	"  redis.call('PEXPIRE', h, left)\n"                                   \
 	"  redis.call('PEXPIRE', who, left)\n"                                 \
