@@ -298,6 +298,8 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	req->in_flight = true;
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
+	req->done = h != NULL && h->mode == LDB_FILL ? LDB_DONE_ALWAYS
+						     : LDB_DONE_IF_WAITED;
 	if (h != NULL)
 		h->releasing = true; /* no new FILL waiter waits on it */
 	/* Only an exclusive holder known here hands over; a FILL leader's
@@ -307,9 +309,6 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		lockreq_ask(req->next, 0, &ask, info, sizeof info);
 		lockdb_handover(name, req->token, &ask, lock_handover_cb, req);
 	} else {
-		req->done = h != NULL && h->mode == LDB_FILL
-		    ? LDB_DONE_ALWAYS
-		    : LDB_DONE_IF_WAITED;
 		lockdb_release(name, req->token, req->done,
 		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
 			(uint64_t)lk.cf->redis.command_timeout_ms,

@@ -36,9 +36,9 @@
  * -> WHO's entry, and '=mode'), with the lock key l saying "=shared" for
  * as long as the last lease. prune forgets the ended ones (and l with the
  * last) and says how many are left; stretch makes the three keys live as
- * long as the last lease, and a millisecond more (l must be free or
- * "=shared"): a key's expiry counts from the script's start, a bit before
- * TIME's now, and l must not go while a lease in h is still running. */
+ * long as the last lease: until a millisecond past its end on TIME's
+ * clock (l must be free or "=shared"; l must not go while a lease in h is
+ * still running). */
 #define LUA_HOLDERS                                                            \
 	"local function prune(l, h, who, now)\n"                               \
 	"  local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))\n"      \
@@ -56,10 +56,10 @@
 	"end\n"                                                                \
 	"local function stretch(l, h, who, now)\n"                             \
 	"  local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')\n"        \
-	"  local left = ms(tonumber(top[2]) - now + 1)\n"                      \
-	"  redis.call('SET', l, '=shared', 'PX', left)\n"                      \
-	"  redis.call('PEXPIRE', h, left)\n"                                   \
-	"  redis.call('PEXPIRE', who, left)\n"                                 \
+	"  local at = ms(tonumber(top[2]) + 1)\n"                              \
+	"  redis.call('SET', l, '=shared', 'PXAT', at)\n"                      \
+	"  redis.call('PEXPIREAT', h, at)\n"                                   \
+	"  redis.call('PEXPIREAT', who, at)\n"                                 \
 	"end\n"
 
 /*
@@ -72,7 +72,8 @@
  * costs. The same token asking again gets its own fence back (a retried
  * request grants once), its lease set to the new ttl and its entry
  * renewed. A writer shared holders keep out marks itself (writer: no new
- * reader comes in meanwhile, and the reply's fourth element says so); its
+ * reader comes in meanwhile, and the reply's fourth element says so), and
+ * marks it again while an exclusive holder keeps it out after that; its
  * grant clears the mark (clear). A token that is one of the shared holders
  * is in the other family. A refused waiter marks the name as waited for
  * (for mark ms), so that its release is announced; a FILL waiter also asks
@@ -125,7 +126,8 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
 	"  return {1, f}\n"
 	"end\n"
-	"return refuse(redis.call('PTTL', KEYS[1]), f, 0)\n",
+	"return refuse(redis.call('PTTL', KEYS[1]), f, ARGV[7] == '1' and 1 or "
+	"0)\n",
 	"" };
 
 /*
@@ -252,7 +254,8 @@ static struct redisc_script lockdb_extend_lua = { "extend",
 	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"
 	"if v == t or (v and string.sub(v, 1, #t + 1) == t .. ' ') then\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"end\n" LUA_NOW LUA_HOLDERS
+	"end\n"
+	"if v and v ~= '=shared' then return 0 end\n" LUA_NOW LUA_HOLDERS
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
 	"if not s then return 0 end\n"
 	"local now = now_ms()\n"
@@ -440,7 +443,8 @@ lockdb_parse_who(const redisReply *r, struct lockdb_reply *out)
 	return true;
 }
 
-/* An ACQUIRE's {1, fence}, {0, pttl, fence}, {2, done} or {3, n}. */
+/* An ACQUIRE's {1, fence}, {0, pttl, fence, marked}, {2, done} or
+ * {3, n}. */
 static bool
 lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 {
@@ -583,7 +587,7 @@ lockdb_req_new(enum lockdb_op op, const char *name, lockdb_cb *cb, void *arg)
 	return req;
 }
 
-/* keys: one letter per KEYS entry of the script, as lockdb_key takes. */
+/* keys: one letter per KEYS entry of the script, as lockdb_suffix takes. */
 static void
 lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
     const char *keys, int nargs, const char *const *args, lockdb_cb *cb,

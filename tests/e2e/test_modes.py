@@ -714,5 +714,40 @@ class Review(ModesBase):
         self.assertTrue(value[2].endswith(":%d" % self.broker.proc.pid))
 
 
+    def test_second_writer_still_keeps_readers_out(self):
+        # Two writers wait for readers; the first gets the name and holds
+        # it a while. A reader that asks meanwhile must not get in when
+        # the first writer leaves: the second, still waiting, has kept the
+        # writer mark alive.
+        other = self.second()
+        r1, r2 = self.client(), self.client(other)
+        self.assertRegex(r1.cmd("ACQUIRE ww SHARED"), OK_RE)
+        self.assertRegex(r2.cmd("ACQUIRE ww SHARED"), OK_RE)
+        w1, w2 = self.client(), self.client(other)
+        w1.send("ACQUIRE ww WAIT %d" % (10000 * SLOW))
+        w2.send("ACQUIRE ww WAIT %d" % (10000 * SLOW))
+        wait_for(lambda: waiters(self.broker) == 1 and waiters(other) == 1)
+        time.sleep(0.1)  # both refused by the readers: both marked
+        self.assertEqual(r1.cmd("RELEASE ww"), "OK")
+        self.assertEqual(r2.cmd("RELEASE ww"), "OK")
+        got = poll_lines([w1, w2], 2.0 * SLOW, want=1)
+        self.assertEqual(len(got), 1, got)
+        first = w1 if 0 in got else w2
+        second = w2 if first is w1 else w1
+        self.assertRegex(got[0 if first is w1 else 1][0], OK_RE)
+        # On the first writer's broker: its release wakes this reader there
+        # at once, while the second writer hears of it over pub/sub.
+        reader = self.client(None if first is w1 else other)
+        reader.send("ACQUIRE ww SHARED WAIT %d" % (10000 * SLOW))
+        time.sleep(1.5)  # the second writer tries again meanwhile
+        self.assertEqual(first.cmd("RELEASE ww"), "OK")
+        got = poll_lines([second, reader], 2.0 * SLOW, want=1)
+        self.assertIn(0, got, "the reader got in before the waiting writer")
+        self.assertRegex(got[0][0], OK_RE)
+        self.quiet([reader], 0.3)
+        self.assertEqual(second.cmd("RELEASE ww"), "OK")
+        self.assertRegex(reader.line(), OK_RE)
+
+
 if __name__ == "__main__":
     main()
