@@ -9,6 +9,7 @@ Measured from a Python client, so each figure includes some tens of
 microseconds of client overhead on both ends."""
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -53,22 +54,39 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("-n", type=int, default=1000)
+def parser(doc):
+    """The options every bench script here takes."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--lockbrokerd", default=os.path.join(
         HERE, "..", "build", "src", "lockbrokerd"))
-    args = ap.parse_args()
-    os.environ["LOCKBROKERD"] = os.path.abspath(args.lockbrokerd)
+    return ap
+
+
+@contextlib.contextmanager
+def two_brokers(lockbrokerd, conf):
+    """A private redis-server and two lockbrokerd on it, for the block."""
+    os.environ["LOCKBROKERD"] = os.path.abspath(lockbrokerd)
     import lbtest
     lbtest.LOCKBROKERD = os.environ["LOCKBROKERD"]
-
     tmp = tempfile.mkdtemp(prefix="lbbench-")
     redis = lbtest.Redis(tmp)
-    conf = {"log": {"level": "warning"}}
     b1 = lbtest.Broker(tmp, redis.port, conf, name="b1")
     b2 = lbtest.Broker(tmp, redis.port, conf, name="b2")
     try:
+        yield b1, b2
+    finally:
+        b1.stop()
+        b2.stop()
+        redis.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = parser(__doc__)
+    ap.add_argument("-n", type=int, default=1000)
+    args = ap.parse_args()
+    with two_brokers(args.lockbrokerd, {"log": {"level": "warning"}}) as (
+            b1, b2):
         print("%-12s %8s %8s %8s %8s" % ("handoff", "n", "p50 ms",
                                         "p99 ms", "max ms"))
         for label, brokers in (("one broker", [b1]),
@@ -77,12 +95,6 @@ def main():
             print("%-12s %8d %8.3f %8.3f %8.3f" % (
                 label, len(lat), statistics.median(lat), pct(lat, 99),
                 max(lat)))
-    finally:
-        b1.stop()
-        b2.stop()
-        redis.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -14,25 +14,14 @@ started here on free loopback ports):
 
 Python clients: each figure includes their overhead (tens of us a line)."""
 
-import argparse
-import os
 import select
-import shutil
 import statistics
-import sys
-import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+from handoff import parser, pct, two_brokers  # bench/handoff.py
 
 ADMIN = "bench-admin"
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def revoke(b1, b2, n):
@@ -139,21 +128,11 @@ def limit(b1, b2, secs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("-n", type=int, default=200)
-    ap.add_argument("--lockbrokerd", default=os.path.join(
-        HERE, "..", "build", "src", "lockbrokerd"))
     args = ap.parse_args()
-    os.environ["LOCKBROKERD"] = os.path.abspath(args.lockbrokerd)
-    import lbtest
-    lbtest.LOCKBROKERD = os.environ["LOCKBROKERD"]
-
-    tmp = tempfile.mkdtemp(prefix="lbbench-")
-    redis = lbtest.Redis(tmp)
     conf = {"log": {"level": "warning"}, "auth": {"admin_secret": ADMIN}}
-    b1 = lbtest.Broker(tmp, redis.port, conf, name="b1")
-    b2 = lbtest.Broker(tmp, redis.port, conf, name="b2")
-    try:
+    with two_brokers(args.lockbrokerd, conf) as (b1, b2):
         lat = revoke(b1, b2, args.n)
         print("revoke: n %d, REVOKE -> EVENT LOST on the other broker: "
               "p50 %.3f ms, p99 %.3f ms, max %.3f ms" % (
@@ -169,12 +148,6 @@ def main():
         rate, most = limit(b1, b2, 3.0)
         print("limit: 32 clients, LIMIT 3, hold 1 ms: %.0f grants/s, at "
               "most %d holders at once" % (rate, most))
-    finally:
-        b1.stop()
-        b2.stop()
-        redis.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -95,11 +95,25 @@ run(const char *line, enum cmd_result *res)
 	return text;
 }
 
-static const struct {
+/* One line (or LF-separated lines) on a fresh session, and all it says. */
+struct cmd_case {
 	const char *line;
 	const char *reply; /* the whole output */
 	enum cmd_result res;
-} sync_cases[] = {
+};
+
+static void
+check_case(const struct cmd_case *c)
+{
+	enum cmd_result res;
+	char *out = run(c->line, &res);
+
+	ck_assert_str_eq(out, c->reply);
+	ck_assert_int_eq(res, c->res);
+	free(out);
+}
+
+static const struct cmd_case sync_cases[] = {
 	{ "", "", CMD_DONE },
 	{ "PING", "PONG\n", CMD_DONE },
 	{ "ping", "PONG\n", CMD_DONE },
@@ -175,12 +189,7 @@ static const struct {
 
 START_TEST(test_sync_replies)
 {
-	enum cmd_result res;
-	char *out = run(sync_cases[_i].line, &res);
-
-	ck_assert_str_eq(out, sync_cases[_i].reply);
-	ck_assert_int_eq(res, sync_cases[_i].res);
-	free(out);
+	check_case(&sync_cases[_i]);
 }
 END_TEST
 
@@ -237,11 +246,7 @@ START_TEST(test_info)
 }
 END_TEST
 
-static const struct {
-	const char *line;
-	const char *reply;
-	enum cmd_result res;
-} auth_cases[] = {
+static const struct cmd_case auth_cases[] = {
 	{ "PING", "PONG\n", CMD_DONE },
 	{ "QUIT", "OK\n", CMD_CLOSE },
 	{ "ACQUIRE x", "ERR NOAUTH AUTH first\n", CMD_DONE },
@@ -259,11 +264,7 @@ static const struct {
 };
 
 /* Only the admin secret set: no AUTH needed, AUTH root makes an admin. */
-static const struct {
-	const char *line;
-	const char *reply;
-	enum cmd_result res;
-} admin_cases[] = {
+static const struct cmd_case admin_cases[] = {
 	{ "LOCKS", "END\n", CMD_DONE },
 	{ "REVOKE x", "ERR NOAUTH REVOKE needs AUTH with auth.admin_secret\n",
 	    CMD_DONE },
@@ -274,23 +275,13 @@ static const struct {
 
 START_TEST(test_admin)
 {
-	enum cmd_result res;
-	char *out = run(admin_cases[_i].line, &res);
-
-	ck_assert_str_eq(out, admin_cases[_i].reply);
-	ck_assert_int_eq(res, admin_cases[_i].res);
-	free(out);
+	check_case(&admin_cases[_i]);
 }
 END_TEST
 
 START_TEST(test_auth_gate)
 {
-	enum cmd_result res;
-	char *out = run(auth_cases[_i].line, &res);
-
-	ck_assert_str_eq(out, auth_cases[_i].reply);
-	ck_assert_int_eq(res, auth_cases[_i].res);
-	free(out);
+	check_case(&auth_cases[_i]);
 }
 END_TEST
 
