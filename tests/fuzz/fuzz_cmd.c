@@ -50,14 +50,15 @@ fuzz_init(void)
 
 /*
  * One request: an async one is answered from the loop before the next.
- * Only an ACQUIRE may stay unanswered (it waits); the session then ends,
- * which must cancel it cleanly.
+ * Only an ACQUIRE or a FILL may stay unanswered (they wait); the session
+ * then ends, which must cancel it cleanly.
  */
 static enum cmd_result
 fuzz_line(struct session *s, char *line, size_t len)
 {
 	size_t skip = strspn(line, " \t");
-	bool acquire = strncasecmp(line + skip, "ACQUIRE", 7) == 0;
+	bool acquire = strncasecmp(line + skip, "ACQUIRE", 7) == 0 ||
+	    strncasecmp(line + skip, "FILL", 4) == 0;
 	enum cmd_result r;
 
 	resumed = false;
