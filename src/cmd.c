@@ -25,7 +25,6 @@
 static enum cmd_result cmd_acquire(struct session *, int, char **);
 static enum cmd_result cmd_auth(struct session *, int, char **);
 static enum cmd_result cmd_extend(struct session *, int, char **);
-static enum cmd_result cmd_fill(struct session *, int, char **);
 static enum cmd_result cmd_help(struct session *, int, char **);
 static enum cmd_result cmd_info(struct session *, int, char **);
 static enum cmd_result cmd_locks(struct session *, int, char **);
@@ -44,7 +43,7 @@ static const struct cmd_entry cmd_table[] = {
 	{ "ACQUIRE", 1, 10, 0, cmd_acquire,
 	    "ACQUIRE <name> [TTL <ms>] [WAIT <ms>] [KEEP] [TOKEN <t>] "
 	    "[SHARED | LIMIT <n>]" },
-	{ "FILL", 1, 7, 0, cmd_fill,
+	{ "FILL", 1, 7, 0, cmd_acquire,
 	    "FILL <name> [TTL <ms>] [WAIT <ms>] [TOKEN <t>]" },
 	{ "RELEASE", 1, 3, 0, cmd_release, "RELEASE <name> [TOKEN <t>]" },
 	{ "EXTEND", 2, 4, 0, cmd_extend, "EXTEND <name> <ttl_ms> [TOKEN <t>]" },
@@ -269,24 +268,12 @@ cmd_acquire(struct session *s, int argc, char **argv)
 {
 	struct lock_acquire_args a = { 0 };
 	struct lock_result res;
+	/* FILL is single-flight: the first caller is the leader (OK, and
+	 * RELEASE when the work is done); the others wait and hear DONE. */
+	bool fill = proto_keyword(argv[0], "FILL");
 	int rc;
 
-	if (cmd_acquire_opts(s, argc, argv, false, &a) != 0)
-		return CMD_DONE;
-	rc = lock_acquire(&s->owner, argv[1], &a, &res);
-	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
-}
-
-/* Single-flight: the first caller is the leader (OK, and RELEASE when the
- * work is done); the others wait for it and hear DONE. */
-static enum cmd_result
-cmd_fill(struct session *s, int argc, char **argv)
-{
-	struct lock_acquire_args a = { 0 };
-	struct lock_result res;
-	int rc;
-
-	if (cmd_acquire_opts(s, argc, argv, true, &a) != 0)
+	if (cmd_acquire_opts(s, argc, argv, fill, &a) != 0)
 		return CMD_DONE;
 	rc = lock_acquire(&s->owner, argv[1], &a, &res);
 	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);

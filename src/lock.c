@@ -26,7 +26,7 @@
 #include "stats.h"
 #include "xmalloc.h"
 
-static bool lock_token_held(struct lock_name *ln, const char *token);
+static struct lock_hold *lock_hold_of(struct lock_name *ln, const char *token);
 
 static bool
 lock_check_name(const char *name, struct lock_result *res)
@@ -104,7 +104,7 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 	/* A try-once never jumps a queue: someone holds it, others wait. */
 	ln = lockreq_name_find(name);
 	if (a->wait_ms == 0 && ln != NULL && !TAILQ_EMPTY(&ln->waiters) &&
-	    !lock_token_held(ln, a->token)) {
+	    lock_hold_of(ln, a->token) == NULL) {
 		STAT_INC(timeouts_total);
 		memset(res, 0, sizeof *res);
 		res->status = LOCK_TIMEOUT;
@@ -137,16 +137,17 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	lockreq_free(req);
 }
 
-static bool
-lock_token_held(struct lock_name *ln, const char *token)
+/* The local hold of ln under token, or NULL (either may be NULL). */
+static struct lock_hold *
+lock_hold_of(struct lock_name *ln, const char *token)
 {
 	struct lock_hold *h;
 
 	if (ln != NULL && token != NULL)
 		LIST_FOREACH(h, &ln->holds, name_entry)
 	if (strcmp(h->token, token) == 0)
-		return true;
-	return false;
+		return h;
+	return NULL;
 }
 
 int
@@ -172,7 +173,7 @@ lock_acquire(struct lock_owner *o, const char *name,
 	req->limit = a->limit;
 	/* Its token holds it already (a retried request): no queue, the
 	 * script answers with the same fence at once. */
-	if (lock_token_held(req->ln, a->token)) {
+	if (lock_hold_of(req->ln, a->token) != NULL) {
 		struct lockdb_ask ask;
 		char info[LOCKREQ_INFO];
 
@@ -183,18 +184,6 @@ lock_acquire(struct lock_owner *o, const char *name,
 	}
 	lockq_enqueue(req);
 	return 0;
-}
-
-/* The local hold under token, or NULL. */
-static struct lock_hold *
-lock_hold_of(struct lock_name *ln, const char *token)
-{
-	struct lock_hold *h;
-
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (strcmp(h->token, token) == 0)
-		return h;
-	return NULL;
 }
 
 /* Without TOKEN the connection must hold it; with TOKEN anyone may act. */

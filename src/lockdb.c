@@ -23,14 +23,14 @@
 	"end\n"                                                                \
 	"local function ms(x) return string.format('%d', x) end\n"
 
-/* The lock key holds "<token> <WHO entry>" for an exclusive holder (or,
- * from an older broker, just "<token>"), or "=shared" while shared holders
- * hold the name: whether v is token's. */
+/* The lock key (KEYS[1]) holds "<token> <WHO entry>" for an exclusive
+ * holder (or, from an older broker, just "<token>"), or "=shared" while
+ * shared holders hold the name: v is its value, holds whether it is the
+ * token's (ARGV[1]). */
 #define LUA_HOLDS                                                              \
-	"local function holds(v, t)\n"                                         \
-	"  return v == t or (type(v) == 'string' and\n"                        \
-	"    string.sub(v, 1, #t + 1) == t .. ' ')\n"                          \
-	"end\n"
+	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"                   \
+	"local holds = v == t or (type(v) == 'string' and\n"                   \
+	"  string.sub(v, 1, #t + 1) == t .. ' ')\n"
 
 /* Shared holders: the set h (token -> lease end) and the hash who (token
  * -> WHO's entry, and '=mode'), with the lock key l saying "=shared" for
@@ -91,8 +91,8 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"  local d = tonumber(redis.call('GET', KEYS[7]) or '0')\n"
 	"  if d >= tonumber(ARGV[6]) then return {2, d} end\n"
 	"end\n"
-	"local v = ARGV[1] .. ' ' .. ARGV[4]\n"
-	"if redis.call('SET', KEYS[1], v, 'NX', 'PX', ARGV[2]) then\n"
+	"local val = ARGV[1] .. ' ' .. ARGV[4]\n"
+	"if redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
 	"  return {1, redis.call('INCR', KEYS[2])}\n"
 	"end\n" LUA_NOW LUA_HOLDS LUA_HOLDERS "local function refuse(t, f, w)\n"
@@ -106,8 +106,7 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"  end\n"
 	"  return {0, t, f, ARGV[3] ~= '0' and w or 0}\n"
 	"end\n"
-	"local cur = redis.call('GET', KEYS[1])\n"
-	"if cur == '=shared' then\n"
+	"if v == '=shared' then\n"
 	"  local now = now_ms()\n"
 	"  if prune(KEYS[1], KEYS[4], KEYS[5], now) > 0 then\n"
 	"    if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
@@ -117,13 +116,13 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"    local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n"
 	"    return refuse(tonumber(top[2]) - now, 0, 1)\n"
 	"  end\n"
-	"  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
+	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
 	"  return {1, redis.call('INCR', KEYS[2])}\n"
 	"end\n"
 	"local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"if holds(cur, ARGV[1]) then\n"
-	"  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"
+	"if holds then\n"
+	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
 	"  return {1, f}\n"
 	"end\n"
 	"return refuse(redis.call('PTTL', KEYS[1]), f, ARGV[7] == '1' and 1 or "
@@ -148,9 +147,8 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"  end\n"
 	"  return {0, t, 0, 0}\n"
 	"end\n"
-	"local v = redis.call('GET', KEYS[1])\n"
 	"if v and v ~= '=shared' then\n"
-	"  if holds(v, ARGV[1]) then return {3, -1} end\n"
+	"  if holds then return {3, -1} end\n"
 	"  return refuse(redis.call('PTTL', KEYS[1]))\n"
 	"end\n"
 	"local now = now_ms()\n"
@@ -196,8 +194,8 @@ static struct redisc_script lockdb_share_lua = { "share",
  * Returns 1 if released, 0 if not ours.
  */
 static struct redisc_script lockdb_release_lua = { "release",
-	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"
-	"if v == t or (v and string.sub(v, 1, #t + 1) == t .. ' ') then\n"
+	LUA_HOLDS
+	"if holds then\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  local f = ARGV[4] == '2' or (ARGV[4] == '1' and\n"
 	"    redis.call('EXISTS', KEYS[6]) == 1)\n"
@@ -239,7 +237,7 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
  */
 static struct redisc_script lockdb_handover_lua = { "handover",
 	LUA_HOLDS
-	"if holds(redis.call('GET', KEYS[1]), ARGV[1]) then\n"
+	"if holds then\n"
 	"  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[4], 'PX', "
 	"ARGV[3])\n"
 	"  if ARGV[5] == '1' then redis.call('DEL', KEYS[3]) end\n"
@@ -251,8 +249,8 @@ static struct redisc_script lockdb_handover_lua = { "handover",
 /* Compare-and-PEXPIRE, in either place. KEYS: lock, holders, who.
  * ARGV: token, ttl. Returns 1 or 0. */
 static struct redisc_script lockdb_extend_lua = { "extend",
-	"local v, t = redis.call('GET', KEYS[1]), ARGV[1]\n"
-	"if v == t or (v and string.sub(v, 1, #t + 1) == t .. ' ') then\n"
+	LUA_HOLDS
+	"if holds then\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
 	"if v and v ~= '=shared' then return 0 end\n" LUA_NOW LUA_HOLDERS
@@ -323,7 +321,7 @@ static struct redisc_script lockdb_who_lua = { "who",
  */
 static struct redisc_script lockdb_check_lua = { "check",
 	LUA_NOW LUA_HOLDS
-	"if holds(redis.call('GET', KEYS[1]), ARGV[1]) then return {1} end\n"
+	"if holds then return {1} end\n"
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
 	"if s and tonumber(s) > now_ms() then return {1} end\n"
 	"return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}\n",
