@@ -48,7 +48,8 @@ static const struct cmd_entry cmd_table[] = {
 	{ "RELEASE", 1, 3, 0, cmd_release, "RELEASE <name> [TOKEN <t>]" },
 	{ "EXTEND", 2, 4, 0, cmd_extend, "EXTEND <name> <ttl_ms> [TOKEN <t>]" },
 	{ "STATUS", 1, 1, 0, cmd_status, "STATUS <name>" },
-	{ "VALIDATE", 2, 2, 0, cmd_validate, "VALIDATE <name> <fence>" },
+	{ "VALIDATE", 2, 4, 0, cmd_validate,
+	    "VALIDATE <name> <fence> [TOKEN <t>]" },
 	{ "WHO", 1, 1, 0, cmd_who, "WHO <name>" },
 	{ "REVOKE", 1, 1, 0, cmd_revoke, "REVOKE <name>" },
 	{ "LOCKS", 0, 0, 0, cmd_locks, "LOCKS" },
@@ -156,7 +157,8 @@ cmd_parse_ms(
 	return -1;
 }
 
-/* "TOKEN <t>" at argv[i], the only option RELEASE and EXTEND take. */
+/* "TOKEN <t>" at argv[i], the only option RELEASE, EXTEND and VALIDATE
+ * take. */
 static int
 cmd_parse_token(
     struct session *s, int argc, char **argv, int i, const char **token)
@@ -360,6 +362,7 @@ static enum cmd_result
 cmd_validate(struct session *s, int argc, char **argv)
 {
 	struct lock_result res;
+	const char *token;
 	uint64_t fence;
 	int rc;
 
@@ -367,7 +370,9 @@ cmd_validate(struct session *s, int argc, char **argv)
 		cmd_error(s, PERR_ARGS, "a fence is a plain decimal");
 		return CMD_DONE;
 	}
-	rc = lock_validate(&s->owner, argv[1], fence, &res);
+	if (cmd_parse_token(s, argc, argv, 3, &token) != 0)
+		return CMD_DONE;
+	rc = lock_validate(&s->owner, argv[1], fence, token, &res);
 	return cmd_dispatch(s, rc, &res, cmd_validate_reply);
 }
 

@@ -113,14 +113,50 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 	return true;
 }
 
-/* A token that holds the lock here asks again: straight to Redis. */
+static void lock_regrant_cb(const struct lockdb_reply *r, void *arg);
+
+/* redis.wait_replicas: a re-grant counts only once replicated, as any
+ * grant (the engine's hold keeps what it trusted before). */
+static void
+lock_regrant_replicas_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lockdb_reply granted = { LDB_OK, req->fence, 0 };
+
+	if (r->status == LDB_OK &&
+	    r->fence >= (uint64_t)lk.cf->redis.wait_replicas) {
+		lock_regrant_cb(&granted, req);
+		return;
+	}
+	req->in_flight = false;
+	lockreq_answer_err(req, PERR_UNAVAILABLE,
+	    "the grant did not reach redis.wait_replicas replicas in time");
+	lockreq_free(req);
+}
+
+/* A token that holds the lock here asks again: straight to Redis. Its
+ * answer is checked as any grant's: replicated, and not late. */
 static void
 lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
 
+	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
+	    !req->replicating) {
+		req->replicating = true;
+		req->fence = r->fence;
+		lockdb_wait(req->ln->name, lk.cf->redis.wait_replicas,
+		    (uint64_t)lk.cf->redis.command_timeout_ms / 2,
+		    lock_regrant_replicas_cb, req);
+		return;
+	}
 	req->in_flight = false;
-	if (r->status == LDB_OK)
+	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
+		/* The token's holds here assumed this lease when it was
+		 * sent: they end now, and the last of them releases it. */
+		lockreq_answer_err(req, PERR_UNAVAILABLE,
+		    "the grant came after its lease ended; Redis is slow");
+	} else if (r->status == LDB_OK)
 		lockq_granted(req, r->fence);
 	else if (r->status == LDB_CONFLICT)
 		lockq_conflict(req, r);
@@ -178,6 +214,7 @@ lock_acquire(struct lock_owner *o, const char *name,
 		char info[LOCKREQ_INFO];
 
 		req->in_flight = true;
+		lockhold_assume(req->ln, req->token, req->start_ms, req->ttl_ms);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
 		return 0;
@@ -230,8 +267,10 @@ lock_release_done(
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
 	else {
-		if (r->status == LDB_UNAVAILABLE)
-			lockrel_remember(req->ln->name, req->token,
+		/* Redone later only for a grant this broker knows the fence
+		 * of, so it can never delete a newer grant to the token. */
+		if (r->status == LDB_UNAVAILABLE && req->fence != 0)
+			lockrel_remember(req->ln->name, req->token, req->fence,
 			    req->lease_end_ms, req->done);
 		lockreq_answer_db_error(req, r);
 	}
@@ -255,13 +294,15 @@ lock_handover_cb(const struct lockdb_reply *r, void *arg)
 
 	/* The old hold goes first: the new one may carry the same token. */
 	req->next = NULL;
-	lock_release_done(req, r, r->status == LDB_OK);
-	if (r->status == LDB_OK || r->status == LDB_UNAVAILABLE) {
+	lock_release_done(req, r, r->status == LDB_OK && r->fence != 0);
+	if ((r->status == LDB_OK && r->fence != 0) ||
+	    r->status == LDB_UNAVAILABLE) {
 		lockq_attempt_cb(&head, next);
 		return;
 	}
-	/* Not the releaser's to give (or a bad reply): the head never tried,
-	 * so the claim is undone and it tries on its own, now. */
+	/* Not the releaser's to give, released with no fence for the head,
+	 * or a bad reply: the head never tried, so the claim is undone and
+	 * it tries on its own, now. */
 	ln->refs++;
 	next->tries--;
 	next->in_flight = false;
@@ -287,6 +328,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	req->in_flight = true;
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
+	req->fence = h != NULL ? h->fence : 0;
 	req->done = h != NULL && h->mode == LDB_FILL ? LDB_DONE_ALWAYS
 						     : LDB_DONE_IF_WAITED;
 	if (h != NULL)
@@ -296,9 +338,10 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	if (h != NULL && h->mode == LDB_EXCLUSIVE &&
 	    (req->next = lockq_handover_claim(req->ln)) != NULL) {
 		lockreq_ask(req->next, 0, &ask, info, sizeof info);
-		lockdb_handover(name, req->token, &ask, lock_handover_cb, req);
+		lockdb_handover(
+		    name, req->token, req->fence, &ask, lock_handover_cb, req);
 	} else {
-		lockdb_release(name, req->token, req->done,
+		lockdb_release(name, req->token, req->fence, req->done,
 		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
 			(uint64_t)lk.cf->redis.command_timeout_ms,
 		    lock_release_cb, req);
@@ -359,7 +402,8 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 	req = lockreq_new(OP_EXTEND, o, name, token);
 	req->ttl_ms = ttl_ms;
 	req->in_flight = true;
-	lockdb_extend(name, req->token, ttl_ms, lock_extend_cb, req);
+	lockhold_assume(req->ln, req->token, req->start_ms, ttl_ms);
+	lockdb_extend(name, req->token, 0, ttl_ms, lock_extend_cb, req);
 	return 0;
 }
 
@@ -399,22 +443,22 @@ lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 		return -1;
 	req = lockreq_new(OP_STATUS, o, name, NULL);
 	req->in_flight = true;
-	lockdb_status(name, 0, lock_status_cb, req);
+	lockdb_status(name, 0, NULL, lock_status_cb, req);
 	return 0;
 }
 
 int
 lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
-    struct lock_result *res)
+    const char *token, struct lock_result *res)
 {
 	struct lock_req *req;
 
-	if (!lock_check_name(name, res))
+	if (!lock_check_name(name, res) || !lock_check_token(token, res))
 		return -1;
-	req = lockreq_new(OP_VALIDATE, o, name, NULL);
+	req = lockreq_new(OP_VALIDATE, o, name, token);
 	req->fence = fence;
 	req->in_flight = true;
-	lockdb_status(name, fence, lock_status_cb, req);
+	lockdb_status(name, fence, token, lock_status_cb, req);
 	return 0;
 }
 
@@ -507,8 +551,8 @@ lock_owner_gone(struct lock_owner *o, bool vanished)
 		/* Session and fixed locks end with their connection. */
 		if (h->kind != LOCK_KEEP &&
 		    !lockhold_token_busy(h->ln, h->token, h, NULL))
-			lockrel_release(
-			    h->ln->name, h->token, vanished, h->valid_until_ms);
+			lockrel_release(h->ln->name, h->token, h->fence,
+			    vanished, h->valid_until_ms);
 		lockhold_free(h);
 	}
 }
@@ -533,10 +577,12 @@ lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms)
 	return h->valid_until_ms > now_ms ? h->valid_until_ms - now_ms : 0;
 }
 
+/* A try-once never watches a FILL leader: it is never told DONE. */
 static void
 lock_owner_try_once(struct lock_req *req)
 {
 	req->wait_ms = 0;
+	req->watch = 0;
 	if (req->deadline_ev != NULL)
 		evtimer_del(req->deadline_ev);
 }
@@ -580,7 +626,7 @@ lock_init(struct event_base *base, const struct config *cf)
 	lockreq_init(base, cf);
 	lockrel_init(base, cf, lock_released);
 	lockhold_init(lockq_kick);
-	lockdb_init(cf->redis.prefix);
+	lockdb_init(cf->redis.prefix, lk.broker);
 	lockq_init();
 }
 

@@ -86,6 +86,7 @@ struct lock_hold {
 	struct event *renew_ev;	 /* session locks: every lease/3 */
 	struct event *maxhold_ev;
 	struct lock_req *renewing; /* the renewal in flight, or NULL */
+	struct lock_req *checking; /* a check after missed messages */
 	bool releasing;		   /* its RELEASE is in Redis */
 	char token[PROTO_TOKEN_MAX + 1];
 };
@@ -132,8 +133,9 @@ int lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
     const char *token, struct lock_result *res);
 int lock_status(
     struct lock_owner *o, const char *name, struct lock_result *res);
+/* Whether a holder of name has fence (and token, if not NULL). */
 int lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
-    struct lock_result *res);
+    const char *token, struct lock_result *res);
 int lock_who(struct lock_owner *o, const char *name, struct lock_result *res);
 /* Take name from all its holders (the caller checked the right to). */
 int lock_revoke(

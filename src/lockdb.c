@@ -62,26 +62,39 @@
 	"  redis.call('PEXPIREAT', who, at)\n"                                 \
 	"end\n"
 
+/* The broker that stored a holder's entry ("<token or fence> <mode>
+ * <broker> ..."; "*" once brokers share it) is not broker b: holds of
+ * the grant elsewhere must hear of what b does to it. */
+#define LUA_FOREIGN                                                            \
+	"local function foreign(e, b)\n"                                       \
+	"  return string.match(e or '', '^%S+ %S+ (%S+)') ~= b\n"              \
+	"end\n"
+
 /*
  * Grant an exclusive lock (or a FILL's): SET NX PX and the fence INCR in
  * one script, so a grant and its fence can never be split, and two grants
  * can never share a fence. The holder's fence is the counter's value:
- * nothing increments it while the key exists. The key's value is the
- * token and the holder's WHO entry (info); shared holders keep the key at
- * "=shared", so the SET NX of a free name is all an uncontended grant
- * costs. The same token asking again gets its own fence back (a retried
- * request grants once), its lease set to the new ttl and its entry
- * renewed. A writer shared holders keep out marks itself (writer: no new
- * reader comes in meanwhile, and the reply's fourth element says so), and
- * marks it again while an exclusive holder keeps it out after that; its
- * grant clears the mark (clear). A token that is one of the shared holders
- * is in the other family. A refused waiter marks the name as waited for
- * (for mark ms), so that its release is announced; a FILL waiter also asks
- * for its end to be marked done, and a FILL whose watched leader is done
- * (done >= watch) is DONE.
+ * nothing increments it while the key exists. A counter that is not an
+ * integer fails the INCR: the SET is undone, so no grant is left that
+ * nobody was told of. The key's value is the token and the holder's WHO
+ * entry (info); shared holders keep the key at "=shared", so the SET NX of
+ * a free name is all an uncontended grant costs. The same token asking
+ * again gets its own fence back (a retried request grants once), its lease
+ * set to the new ttl and its entry renewed; asked through another broker
+ * than the one that stored it, the entry's broker becomes "*" (releases
+ * and shortenings of the grant are announced from then on) and a shorter
+ * lease is announced now ("<name> shortened <fence> <broker>"). A writer
+ * shared holders keep out marks itself (writer: no new reader comes in
+ * meanwhile, and the reply's fourth element says so), and marks it again
+ * while an exclusive holder keeps it out after that; its grant clears the
+ * mark (clear). A token that is one of the shared holders is in the other
+ * family. A refused waiter marks the name as waited for (for mark ms), so
+ * that its release is announced; a FILL waiter also asks for its end to be
+ * marked done, and a FILL whose watched leader is done (done >= watch) is
+ * DONE.
  * KEYS: lock, fence, waiters, holders, who, writer, done, fill.
  * ARGV: token, ttl, mark (0: a try-once), info, fill (0/1), watch,
- * clear (0/1).
+ * clear (0/1), channel, name.
  * Returns {1, fence}, {0, ms to look again, holder's fence, marked},
  * {2, done}, or {3, n} when the token is a shared holder (n as the share
  * script's).
@@ -93,16 +106,18 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"end\n"
 	"local val = ARGV[1] .. ' ' .. ARGV[4]\n"
 	"if redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then\n"
+	"  local f = redis.pcall('INCR', KEYS[2])\n"
+	"  if type(f) ~= 'number' then redis.call('DEL', KEYS[1]) return f end\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
-	"end\n" LUA_NOW LUA_HOLDS LUA_HOLDERS "local function refuse(t, f, w)\n"
+	"  return {1, f}\n"
+	"end\n" LUA_NOW LUA_HOLDS LUA_HOLDERS LUA_FOREIGN
+	"local function refuse(t, f, w)\n"
 	"  if ARGV[3] ~= '0' then\n"
 	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
 	"    if ARGV[5] == '1' then\n"
 	"      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])\n"
 	"    end\n"
-	"    if w == 1 then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) "
-	"end\n"
+	"    if w == 1 then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end\n"
 	"  end\n"
 	"  return {0, t, f, ARGV[3] ~= '0' and w or 0}\n"
 	"end\n"
@@ -117,16 +132,26 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"    return refuse(tonumber(top[2]) - now, 0, 1)\n"
 	"  end\n"
 	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
+	"  local f = redis.pcall('INCR', KEYS[2])\n"
+	"  if type(f) ~= 'number' then redis.call('DEL', KEYS[1]) return f end\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
-	"end\n"
-	"local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"if holds then\n"
-	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
 	"  return {1, f}\n"
 	"end\n"
-	"return refuse(redis.call('PTTL', KEYS[1]), f, ARGV[7] == '1' and 1 or "
-	"0)\n",
+	"local fs = redis.call('GET', KEYS[2]) or '0'\n"
+	"if holds then\n"
+	"  local b = string.match(ARGV[4], '^%S+ (%S+)')\n"
+	"  if foreign(v, b) then\n"
+	"    if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[2]) then\n"
+	"      redis.call('PUBLISH', ARGV[8], ARGV[9] .. ' shortened ' .. fs ..\n"
+	"        ' ' .. b)\n"
+	"    end\n"
+	"    val = ARGV[1] .. ' ' .. string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')\n"
+	"  end\n"
+	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
+	"  return {1, tonumber(fs)}\n"
+	"end\n"
+	"return refuse(redis.call('PTTL', KEYS[1]), tonumber(fs),\n"
+	"  ARGV[7] == '1' and 1 or 0)\n",
 	"" };
 
 /*
@@ -134,13 +159,15 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
  * or a waiting writer is there, nor past n holders, nor in another mode
  * (then {3, n}, n = 0 for SHARED, -1 when this token holds it
  * exclusively). Each holder has its own lease in the set, its own fence
- * from the same counter, and its WHO entry in the hash.
+ * from the same counter, and its WHO entry in the hash. A same-token
+ * re-grant through another broker is treated as the acquire script's.
  * KEYS: lock, fence, waiters, holders, who, writer.
- * ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none).
+ * ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
+ * channel, name.
  * Returns {1, fence}, {0, ms to look again, 0, 0} or {3, n}.
  */
 static struct redisc_script lockdb_share_lua = { "share",
-	LUA_NOW LUA_HOLDS LUA_HOLDERS
+	LUA_NOW LUA_HOLDS LUA_HOLDERS LUA_FOREIGN
 	"local function refuse(t)\n"
 	"  if ARGV[3] ~= '0' then\n"
 	"    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"
@@ -156,17 +183,24 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"if n > 0 then\n"
 	"  local m = redis.call('HGET', KEYS[5], '=mode')\n"
 	"  if m ~= ARGV[5] then\n"
-	"    return {3, tonumber(string.match(m or '', '^LIMIT=(%d+)$') or "
-	"'0')}\n"
+	"    return {3, tonumber(string.match(m or '', '^LIMIT=(%d+)$') or '0')}\n"
 	"  end\n"
-	"  if redis.call('ZSCORE', KEYS[4], ARGV[1]) then\n"
-	"    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), "
-	"ARGV[1])\n"
-	"    stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
+	"  local s = redis.call('ZSCORE', KEYS[4], ARGV[1])\n"
+	"  if s then\n"
 	"    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''\n"
-	"    local f = tonumber(string.match(info, '^%d+') or '0')\n"
-	"    redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4])\n"
-	"    return {1, f}\n"
+	"    local fs = string.match(info, '^%d+') or '0'\n"
+	"    local e, b = ARGV[4], string.match(ARGV[4], '^%S+ (%S+)')\n"
+	"    if foreign(info, b) then\n"
+	"      if tonumber(s) - now > tonumber(ARGV[2]) then\n"
+	"        redis.call('PUBLISH', ARGV[7], ARGV[8] .. ' shortened ' .. fs ..\n"
+	"          ' ' .. b)\n"
+	"      end\n"
+	"      e = string.gsub(e, '^(%S+) %S+', '%1 *')\n"
+	"    end\n"
+	"    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
+	"    stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
+	"    redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)\n"
+	"    return {1, tonumber(fs)}\n"
 	"  end\n"
 	"end\n"
 	"local t = redis.call('PTTL', KEYS[6])\n"
@@ -177,36 +211,48 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"end\n"
 	"local f = redis.call('INCR', KEYS[2])\n"
 	"redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
-	"redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4], "
-	"'=mode', "
-	"ARGV[5])\n"
+	"redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],\n"
+	"  '=mode', ARGV[5])\n"
 	"stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
 	"return {1, f}\n",
 	"" };
 
 /*
  * Compare-and-delete, in either place a token can hold, then tell other
- * brokers' waiters, if there are any. A FILL leader's RELEASE (done 2),
- * or a client's RELEASE of a lock FILL waiters wait on (done 1, :fill
- * set; it is set only with :waiters), marks the work done with its fence.
+ * brokers' waiters, if there are any. With a fence (not 0) only the grant
+ * with that fence is released: a release sent again later never deletes a
+ * newer grant to the same token. A grant whose entry another broker
+ * stored (or several share) is announced as "<name> released <fence>
+ * <broker>", which also wakes waiters: holds of it elsewhere are lost. A
+ * FILL leader's RELEASE (done 2), or a client's RELEASE of a lock FILL
+ * waiters wait on (done 1, :fill set; it is set only with :waiters),
+ * marks the work done with its fence.
  * KEYS: lock, waiters, holders, who, fence, fill, done.
- * ARGV: token, channel, name, done (0/1/2), how long done is kept.
+ * ARGV: token, channel, name, done (0/1/2), how long done is kept, fence
+ * (0: any), broker.
  * Returns 1 if released, 0 if not ours.
  */
 static struct redisc_script lockdb_release_lua = { "release",
-	LUA_HOLDS
+	LUA_HOLDS LUA_FOREIGN
 	"if holds then\n"
+	"  local c = redis.call('GET', KEYS[5]) or '0'\n"
+	"  if ARGV[6] ~= '0' and c ~= ARGV[6] then return 0 end\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  local f = ARGV[4] == '2' or (ARGV[4] == '1' and\n"
 	"    redis.call('EXISTS', KEYS[6]) == 1)\n"
-	"  if f then\n"
-	"    redis.call('SET', KEYS[7], redis.call('GET', KEYS[5]) or '0', "
-	"'PX', ARGV[5])\n"
+	"  if f then redis.call('SET', KEYS[7], c, 'PX', ARGV[5]) end\n"
+	"  if foreign(v, ARGV[7]) then\n"
+	"    redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. c ..\n"
+	"      ' ' .. ARGV[7])\n"
+	"    return 1\n"
 	"  end\n"
 	"  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end\n"
 	"else\n" LUA_NOW LUA_HOLDERS
 	"  local s = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
 	"  if not s then return 0 end\n"
+	"  local info = redis.call('HGET', KEYS[4], ARGV[1]) or ''\n"
+	"  local fs = string.match(info, '^%d+') or '0'\n"
+	"  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return 0 end\n"
 	"  redis.call('ZREM', KEYS[3], ARGV[1])\n"
 	"  redis.call('HDEL', KEYS[4], ARGV[1])\n"
 	"  local now = now_ms()\n"
@@ -214,6 +260,11 @@ static struct redisc_script lockdb_release_lua = { "release",
 	"    redis.call('DEL', KEYS[4])\n"
 	"  end\n"
 	"  if tonumber(s) <= now then return 0 end\n"
+	"  if foreign(info, ARGV[7]) then\n"
+	"    redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs ..\n"
+	"      ' ' .. ARGV[7])\n"
+	"    return 1\n"
+	"  end\n"
 	"  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end\n"
 	"end\n"
 	"redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
@@ -228,53 +279,88 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
 	"" };
 
 /*
- * Release straight to the next waiter: compare, then set the new holder
- * and its fence, so the lock is never free in between and the handover is
- * one round trip. Nothing is published: the lock is not free.
- * KEYS: lock, fence, writer. ARGV: token, next token, ttl, next's info,
- * clear (next marked the writer).
- * Returns {1, fence} or {0}.
+ * Release straight to the next waiter: compare (token and fence), then set
+ * the new holder and its fence, so the lock is never free in between and
+ * the handover is one round trip. Nothing is published, the lock not
+ * being free, unless another broker stored the grant (released, as the
+ * release script says). A counter that is not an integer makes no fence:
+ * the lock is then only released ({2}), and the waiter tries on its own.
+ * KEYS: lock, fence, writer, waiters. ARGV: token, next token, ttl, next's
+ * info, clear (next marked the writer), fence, broker, channel, name.
+ * Returns {1, fence}, {2} or {0}.
  */
 static struct redisc_script lockdb_handover_lua = { "handover",
-	LUA_HOLDS
-	"if holds then\n"
-	"  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[4], 'PX', "
-	"ARGV[3])\n"
-	"  if ARGV[5] == '1' then redis.call('DEL', KEYS[3]) end\n"
-	"  return {1, redis.call('INCR', KEYS[2])}\n"
+	LUA_HOLDS LUA_FOREIGN
+	"if not holds or redis.call('GET', KEYS[2]) ~= ARGV[6] then\n"
+	"  return {0}\n"
 	"end\n"
-	"return {0}\n",
+	"if foreign(v, ARGV[7]) then\n"
+	"  redis.call('PUBLISH', ARGV[8], ARGV[9] .. ' released ' .. ARGV[6] ..\n"
+	"    ' ' .. ARGV[7])\n"
+	"end\n"
+	"local f = redis.pcall('INCR', KEYS[2])\n"
+	"if type(f) ~= 'number' then\n"
+	"  redis.call('DEL', KEYS[1])\n"
+	"  if redis.call('EXISTS', KEYS[4]) == 1 then\n"
+	"    redis.call('PUBLISH', ARGV[8], ARGV[9])\n"
+	"  end\n"
+	"  return {2}\n"
+	"end\n"
+	"redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[4], 'PX', ARGV[3])\n"
+	"if ARGV[5] == '1' then redis.call('DEL', KEYS[3]) end\n"
+	"return {1, f}\n",
 	"" };
 
-/* Compare-and-PEXPIRE, in either place. KEYS: lock, holders, who.
- * ARGV: token, ttl. Returns 1 or 0. */
+/*
+ * Compare-and-PEXPIRE, in either place; with a fence (not 0) only the
+ * grant with that fence. A lease shortened in a grant another broker
+ * stored is announced ("<name> shortened <fence> <broker>"): its holds
+ * elsewhere can no longer trust their end.
+ * KEYS: lock, holders, who, fence. ARGV: token, ttl, fence (0: any),
+ * broker, channel, name. Returns 1 or 0.
+ */
 static struct redisc_script lockdb_extend_lua = { "extend",
-	LUA_HOLDS
+	LUA_HOLDS LUA_FOREIGN
+	"local function shortened(left, fs, e)\n"
+	"  if left > tonumber(ARGV[2]) and foreign(e, ARGV[4]) then\n"
+	"    redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' shortened ' .. fs ..\n"
+	"      ' ' .. ARGV[4])\n"
+	"  end\n"
+	"end\n"
 	"if holds then\n"
+	"  local c = redis.call('GET', KEYS[4]) or '0'\n"
+	"  if ARGV[3] ~= '0' and c ~= ARGV[3] then return 0 end\n"
+	"  shortened(redis.call('PTTL', KEYS[1]), c, v)\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
 	"if v and v ~= '=shared' then return 0 end\n" LUA_NOW LUA_HOLDERS
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
 	"if not s then return 0 end\n"
+	"local info = redis.call('HGET', KEYS[3], ARGV[1]) or ''\n"
+	"local fs = string.match(info, '^%d+') or '0'\n"
+	"if ARGV[3] ~= '0' and fs ~= ARGV[3] then return 0 end\n"
 	"local now = now_ms()\n"
 	"if tonumber(s) <= now then return 0 end\n"
+	"shortened(tonumber(s) - now, fs, info)\n"
 	"redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
 	"stretch(KEYS[1], KEYS[2], KEYS[3], now)\n"
 	"return 1\n",
 	"" };
 
 /*
- * KEYS: lock, fence, holders, who. ARGV: a fence to look for, or 0.
+ * KEYS: lock, fence, holders, who. ARGV: a fence to look for, or 0; a
+ * token it must be held under, or "".
  * Returns {0} when free, else {1, pttl, fence, holders, n, valid} with
  * n = -1 exclusive, 0 SHARED, else LIMIT n; pttl the longest lease left.
  */
 static struct redisc_script lockdb_status_lua = { "status",
 	LUA_NOW
 	"local c = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"local v = redis.call('GET', KEYS[1])\n"
+	"local v, t = redis.call('GET', KEYS[1]), ARGV[2]\n"
 	"if v and v ~= '=shared' then\n"
+	"  local mine = t == '' or v == t or string.sub(v, 1, #t + 1) == t .. ' '\n"
 	"  return {1, redis.call('PTTL', KEYS[1]), c, 1, -1,\n"
-	"    c == tonumber(ARGV[1]) and 1 or 0}\n"
+	"    (mine and c == tonumber(ARGV[1])) and 1 or 0}\n"
 	"end\n"
 	"local now = now_ms()\n"
 	"local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ms(now), "
@@ -283,8 +369,10 @@ static struct redisc_script lockdb_status_lua = { "status",
 	"local valid = 0\n"
 	"if ARGV[1] ~= '0' then\n"
 	"  for i = 1, #live, 2 do\n"
-	"    local info = redis.call('HGET', KEYS[4], live[i]) or ''\n"
-	"    if string.match(info, '^%d+') == ARGV[1] then valid = 1 end\n"
+	"    if t == '' or live[i] == t then\n"
+	"      local info = redis.call('HGET', KEYS[4], live[i]) or ''\n"
+	"      if string.match(info, '^%d+') == ARGV[1] then valid = 1 end\n"
+	"    end\n"
 	"  end\n"
 	"end\n"
 	"local m = redis.call('HGET', KEYS[4], '=mode') or ''\n"
@@ -315,15 +403,20 @@ static struct redisc_script lockdb_who_lua = { "who",
 	"" };
 
 /*
- * Whether token still holds the name (in either place); when not, the
- * fence of the last REVOKE of it, if one is remembered.
- * KEYS: lock, holders, revoked. ARGV: token. Returns {1} or {0, fence}.
+ * Whether the grant with this token and fence still holds the name (in
+ * either place); when not, the fence of the last REVOKE of it, if one is
+ * remembered.
+ * KEYS: lock, holders, revoked, fence, who. ARGV: token, fence.
+ * Returns {1} or {0, fence}.
  */
 static struct redisc_script lockdb_check_lua = { "check",
 	LUA_NOW LUA_HOLDS
-	"if holds then return {1} end\n"
+	"if holds and redis.call('GET', KEYS[4]) == ARGV[2] then return {1} end\n"
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
-	"if s and tonumber(s) > now_ms() then return {1} end\n"
+	"if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',\n"
+	"    KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then\n"
+	"  return {1}\n"
+	"end\n"
 	"return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}\n",
 	"" };
 
@@ -374,6 +467,7 @@ struct lockdb_req {
 
 static struct {
 	const char *prefix;
+	const char *broker; /* "<host>:<pid>", as WHO entries name it */
 	char channel[128];
 } ldb;
 
@@ -486,11 +580,12 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 	case LDB_ACQUIRE:
 		return lockdb_ints(r, 2, v) && lockdb_parse_acquire(v, out);
 	case LDB_HANDOVER:
+		/* {2}: released, but no fence could be made for the next. */
 		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 2))
 			return false;
-		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
+		out->status = v[0] >= 1 ? LDB_OK : LDB_NO;
 		out->fence = v[0] == 1 ? (uint64_t)v[1] : 0;
-		return true;
+		return v[0] != 1 || v[1] > 0;
 	case LDB_RELEASE:
 	case LDB_EXTEND:
 		if (r->type != REDIS_REPLY_INTEGER)
@@ -594,8 +689,8 @@ lockdb_send(enum lockdb_op op, struct redisc_script *script, const char *name,
 	struct lockdb_req *req = lockdb_req_new(op, name, cb, arg);
 	int nkeys = (int)strlen(keys), n = 0;
 	char key[8][PROTO_NAME_MAX + 160];
-	const char *argv[16];
-	size_t lens[16], base, slen;
+	const char *argv[20];
+	size_t lens[20], base, slen;
 	const char *suffix;
 
 	/* "<prefix>{<name>}" once (redis.prefix is at most 64 bytes, a
@@ -623,8 +718,8 @@ lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
 	char ttl[24], mark[24], n[16], watch[24], mode[24];
-	const char *args[7] = { a->token, ttl, mark, a->info, mode, n,
-		a->clear_writer ? "1" : "0" };
+	const char *args[9] = { a->token, ttl, mark, a->info, mode, n,
+		a->clear_writer ? "1" : "0", ldb.channel, name };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
 	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
@@ -634,7 +729,7 @@ lockdb_acquire(
 		args[5] = watch;
 		/* An exclusive ACQUIRE never reaches :done and :fill. */
 		lockdb_send(LDB_ACQUIRE, &lockdb_acquire_lua, name,
-		    a->mode == LDB_FILL ? "lfwhixdg" : "lfwhix", 7, args, cb,
+		    a->mode == LDB_FILL ? "lfwhixdg" : "lfwhix", 9, args, cb,
 		    arg);
 		return;
 	}
@@ -645,59 +740,67 @@ lockdb_acquire(
 	snprintf(n, sizeof n, "%u",
 	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
 								  : 0);
+	args[6] = ldb.channel;
+	args[7] = name;
 	lockdb_send(
-	    LDB_ACQUIRE, &lockdb_share_lua, name, "lfwhix", 6, args, cb, arg);
+	    LDB_ACQUIRE, &lockdb_share_lua, name, "lfwhix", 8, args, cb, arg);
 }
 
 void
-lockdb_release(const char *name, const char *token, enum lockdb_done done,
-    uint64_t done_ms, lockdb_cb *cb, void *arg)
+lockdb_release(const char *name, const char *token, uint64_t fence,
+    enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg)
 {
 	static const char *const marks[] = { "0", "1", "2" };
-	char ms[24];
-	const char *args[5] = { token, ldb.channel, name, marks[done], ms };
+	char ms[24], f[24];
+	const char *args[7] = { token, ldb.channel, name, marks[done], ms, f,
+		ldb.broker };
 
 	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
+	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_blind_release_lua
 					       : &lockdb_release_lua,
-	    name, "lwhifgd", 5, args, cb, arg);
+	    name, "lwhifgd", 7, args, cb, arg);
 }
 
 void
-lockdb_handover(const char *name, const char *token,
+lockdb_handover(const char *name, const char *token, uint64_t fence,
     const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
 {
-	char ttl[24];
-	const char *args[5] = { token, next->token, ttl, next->info,
-		next->clear_writer ? "1" : "0" };
+	char ttl[24], f[24];
+	const char *args[9] = { token, next->token, ttl, next->info,
+		next->clear_writer ? "1" : "0", f, ldb.broker, ldb.channel,
+		name };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, next->ttl_ms);
+	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(
-	    LDB_HANDOVER, &lockdb_handover_lua, name, "lfx", 5, args, cb, arg);
+	    LDB_HANDOVER, &lockdb_handover_lua, name, "lfxw", 9, args, cb, arg);
 }
 
 void
-lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
-    lockdb_cb *cb, void *arg)
+lockdb_extend(const char *name, const char *token, uint64_t fence,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg)
 {
-	char ttl[24];
-	const char *args[2] = { token, ttl };
+	char ttl[24], f[24];
+	const char *args[6] = { token, ttl, f, ldb.broker, ldb.channel, name };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
+	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(
-	    LDB_EXTEND, &lockdb_extend_lua, name, "lhi", 2, args, cb, arg);
+	    LDB_EXTEND, &lockdb_extend_lua, name, "lhif", 6, args, cb, arg);
 }
 
 void
-lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg)
+lockdb_status(const char *name, uint64_t fence, const char *token,
+    lockdb_cb *cb, void *arg)
 {
 	char f[24];
-	const char *args[1] = { f };
+	const char *args[2] = { f, token != NULL ? token : "" };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(
-	    LDB_STATUS, &lockdb_status_lua, name, "lfhi", 1, args, cb, arg);
+	    LDB_STATUS, &lockdb_status_lua, name, "lfhi", 2, args, cb, arg);
 }
 
 void
@@ -707,12 +810,15 @@ lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 }
 
 void
-lockdb_check(const char *name, const char *token, lockdb_cb *cb, void *arg)
+lockdb_check(const char *name, const char *token, uint64_t fence,
+    lockdb_cb *cb, void *arg)
 {
-	const char *args[1] = { token };
+	char f[24];
+	const char *args[2] = { token, f };
 
+	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(
-	    LDB_CHECK, &lockdb_check_lua, name, "lhr", 1, args, cb, arg);
+	    LDB_CHECK, &lockdb_check_lua, name, "lhrfi", 2, args, cb, arg);
 }
 
 void
@@ -743,9 +849,10 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 }
 
 void
-lockdb_init(const char *prefix)
+lockdb_init(const char *prefix, const char *broker)
 {
 	ldb.prefix = prefix;
+	ldb.broker = broker;
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);
 	redisc_script_add(&lockdb_acquire_lua);
 	redisc_script_add(&lockdb_share_lua);

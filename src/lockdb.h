@@ -62,7 +62,9 @@ struct lockdb_ask {
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);
 
-void lockdb_init(const char *prefix);
+/* broker ("<host>:<pid>") names this broker in WHO entries, and in the
+ * messages that tell other brokers of a grant it released or shortened. */
+void lockdb_init(const char *prefix, const char *broker);
 /* The pub/sub channel releases are announced on. */
 const char *lockdb_channel(void);
 
@@ -77,30 +79,35 @@ enum lockdb_done {
 	LDB_DONE_ALWAYS,    /* a FILL leader's RELEASE */
 };
 
-/* Compare-and-delete, announcing the release if the name is waited for;
- * done marks the work done for done_ms. */
-void lockdb_release(const char *name, const char *token, enum lockdb_done done,
-    uint64_t done_ms, lockdb_cb *cb, void *arg);
-/* Compare (an exclusive holder), then hand the lock to next (an exclusive
- * ACQUIRE) with its own fence; never free in between. */
-void lockdb_handover(const char *name, const char *token,
+/* Compare-and-delete, announcing the release if the name is waited for
+ * (or, as "<name> released <fence> <broker>", if another broker stored
+ * the grant); done marks the work done for done_ms. fence != 0: only the
+ * grant with that fence. */
+void lockdb_release(const char *name, const char *token, uint64_t fence,
+    enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg);
+/* Compare (an exclusive holder: token and fence), then hand the lock to
+ * next (an exclusive ACQUIRE) with its own fence; never free in between.
+ * OK with fence 0: released, but no fence could be made for next. */
+void lockdb_handover(const char *name, const char *token, uint64_t fence,
     const struct lockdb_ask *next, lockdb_cb *cb, void *arg);
-/* Compare-and-PEXPIRE, in any mode. */
-void lockdb_extend(const char *name, const char *token, uint64_t ttl_ms,
-    lockdb_cb *cb, void *arg);
+/* Compare-and-PEXPIRE, in any mode; fence != 0: only that grant. A lease
+ * shortened in another broker's grant is announced. */
+void lockdb_extend(const char *name, const char *token, uint64_t fence,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg);
 /* Held (pttl, fence, mode, holders) or free; fence != 0: whether a holder
- * has it (valid). */
-void lockdb_status(const char *name, uint64_t fence, lockdb_cb *cb, void *arg);
+ * has it (valid), under token if that is not NULL. */
+void lockdb_status(const char *name, uint64_t fence, const char *token,
+    lockdb_cb *cb, void *arg);
 /* Every holder, for WHO. */
 void lockdb_who(const char *name, lockdb_cb *cb, void *arg);
 /* Remove every holder and announce "<name> revoked <fence>"; the fence is
  * also kept keep_ms in :revoked for brokers that miss the message. */
 void lockdb_revoke(
     const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg);
-/* Whether token still holds name (OK) or not (NO; fence: the last REVOKE's
- * remembered, or 0). */
-void lockdb_check(
-    const char *name, const char *token, lockdb_cb *cb, void *arg);
+/* Whether the grant of token with fence still holds name (OK) or not (NO;
+ * fence: the last REVOKE's remembered, or 0). */
+void lockdb_check(const char *name, const char *token, uint64_t fence,
+    lockdb_cb *cb, void *arg);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

@@ -55,6 +55,10 @@ lockhold_free(struct lock_hold *h)
 	LIST_REMOVE(h, name_entry);
 	if (h->renewing != NULL)
 		h->renewing->hold = NULL;
+	if (h->checking != NULL && h->checking->in_flight)
+		h->checking->hold = NULL;
+	else if (h->checking != NULL)
+		lockreq_free(h->checking); /* waiting to ask again */
 	event_free(h->expire_ev);
 	if (h->renew_ev != NULL)
 		event_free(h->renew_ev);
@@ -65,15 +69,62 @@ lockhold_free(struct lock_hold *h)
 	free(h);
 }
 
+/* Through the name table: a name has few holds here, a connection may
+ * have many. */
 struct lock_hold *
 lockhold_find(struct lock_owner *o, const char *name)
 {
+	struct lock_name *ln = lockreq_name_find(name);
 	struct lock_hold *h;
 
-	TAILQ_FOREACH(h, &o->holds, owner_entry)
-	if (strcmp(h->ln->name, name) == 0)
+	if (ln == NULL)
+		return NULL;
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	if (h->owner == o)
 		return h;
 	return NULL;
+}
+
+/*
+ * A request that sets token's lease on ln to ttl_ms is on its way: it may
+ * be in force from the moment it is sent, and if no answer comes it may
+ * be in force anyway, so the token's holds here trust the shorter of
+ * their own end and that lease's until Redis says.
+ */
+void
+lockhold_assume(
+    struct lock_name *ln, const char *token, uint64_t start_ms, uint64_t ttl_ms)
+{
+	uint64_t end =
+	    util_validity_end(start_ms, ttl_ms, lk.cf->locks.clock_drift);
+	struct lock_hold *h;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	{
+		if (strcmp(h->token, token) == 0 && end < h->valid_until_ms) {
+			h->valid_until_ms = end;
+			lockhold_arm(h);
+		}
+	}
+}
+
+/* Redis set the lease of the grant (token, fence) to ttl_ms: every hold
+ * of it here trusts the new end, longer or shorter. */
+static void
+lockhold_lease(struct lock_name *ln, const char *token, uint64_t fence,
+    uint64_t start_ms, uint64_t ttl_ms)
+{
+	uint64_t end =
+	    util_validity_end(start_ms, ttl_ms, lk.cf->locks.clock_drift);
+	struct lock_hold *h;
+
+	LIST_FOREACH(h, &ln->holds, name_entry)
+	{
+		if (h->fence == fence && strcmp(h->token, token) == 0) {
+			h->valid_until_ms = end;
+			lockhold_arm(h);
+		}
+	}
 }
 
 /*
@@ -118,8 +169,8 @@ lockhold_lost(struct lock_hold *h, enum lock_lost why)
 	ln->refs++;
 	if (why != LOST_STOLEN && why != LOST_REVOKED &&
 	    !lockhold_token_busy(ln, h->token, h, o))
-		lockrel_release(
-		    ln->name, h->token, why == LOST_MAXHOLD, h->valid_until_ms);
+		lockrel_release(ln->name, h->token, h->fence,
+		    why == LOST_MAXHOLD, h->valid_until_ms);
 	lockhold_free(h);
 	o->ops->lost(o, ln->name, fence, lockhold_lost_reasons[why]);
 	hold.kick(ln);
@@ -162,8 +213,11 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
 	req->hold = h;
 	req->in_flight = true;
+	req->ttl_ms = (uint64_t)lk.cf->locks.lease_ms;
 	h->renewing = req;
-	lockdb_extend(h->ln->name, h->token, (uint64_t)lk.cf->locks.lease_ms,
+	/* A reload may have shortened lease_ms. */
+	lockhold_assume(h->ln, h->token, req->start_ms, req->ttl_ms);
+	lockdb_extend(h->ln->name, h->token, h->fence, req->ttl_ms,
 	    lockhold_renew_cb, req);
 }
 
@@ -179,10 +233,8 @@ lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
 			/* Re-granted as a fixed lease meanwhile: not ours. */
 		} else if (r->status == LDB_OK) {
 			STAT_INC(renewals_total);
-			h->valid_until_ms = util_validity_end(req->start_ms,
-			    (uint64_t)lk.cf->locks.lease_ms,
-			    lk.cf->locks.clock_drift);
-			lockhold_arm(h);
+			lockhold_lease(h->ln, h->token, h->fence,
+			    req->start_ms, req->ttl_ms);
 		} else if (r->status == LDB_NO) {
 			lockhold_lost(h, LOST_STOLEN);
 		} else {
@@ -202,6 +254,28 @@ lockhold_event(struct lock_hold *h, event_callback_fn fn, bool persist)
 	if (ev == NULL)
 		fatalx("lock: event_new failed");
 	return ev;
+}
+
+/*
+ * h was granted (or granted again): other holds here under its token are
+ * of the same grant and trust its new lease, or, with an older fence, of
+ * a grant Redis no longer has.
+ */
+static void
+lockhold_same_grant(struct lock_hold *h)
+{
+	struct lock_hold *o, *next;
+
+	for (o = LIST_FIRST(&h->ln->holds); o != NULL; o = next) {
+		next = LIST_NEXT(o, name_entry);
+		if (o == h || strcmp(o->token, h->token) != 0)
+			continue;
+		if (o->fence == h->fence) {
+			o->valid_until_ms = h->valid_until_ms;
+			lockhold_arm(o);
+		} else if (o->fence < h->fence)
+			lockhold_lost(o, LOST_STOLEN);
+	}
 }
 
 /* A grant (or a same-token re-grant) becomes the owner's hold. */
@@ -238,6 +312,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	snprintf(h->token, sizeof h->token, "%s", req->token);
 	lockhold_arm(h);
+	lockhold_same_grant(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
 		h->renew_ev = lockhold_event(h, lockhold_renew_timer_cb, false);
 		lockreq_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
@@ -267,26 +342,64 @@ lockhold_drop_token(struct lock_name *ln, const char *token,
 	}
 }
 
+static void lockhold_check_send(struct lock_req *req);
+
+static void
+lockhold_check_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lockhold_check_send(arg);
+}
+
+/*
+ * A check not answered is asked again until Redis says: a REVOKE missed
+ * while the subscriber was away (or a Redis that lost the lock) must not
+ * go untold because Redis was away too when the broker first asked.
+ */
 static void
 lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
-	struct lock_hold *h, *next;
+	struct lock_hold *h = req->hold;
 
-	for (h = LIST_FIRST(&req->ln->holds); h != NULL && r->status == LDB_NO;
-	     h = next) {
-		next = LIST_NEXT(h, name_entry);
-		if (h->fence == req->fence && strcmp(h->token, req->token) == 0)
+	req->in_flight = false;
+	if (h != NULL &&
+	    (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL)) {
+		if (req->deadline_ev == NULL &&
+		    (req->deadline_ev = evtimer_new(lk.base,
+			 lockhold_check_retry_cb, req)) == NULL)
+			fatalx("lock: evtimer_new failed");
+		lockreq_timer(req->deadline_ev,
+		    (uint64_t)lk.cf->redis.command_timeout_ms);
+		return;
+	}
+	if (h != NULL && r->status == LDB_OK && req->again) {
+		lockhold_check_send(req); /* missed more since it asked */
+		return;
+	}
+	if (h != NULL) {
+		h->checking = NULL;
+		if (r->status == LDB_NO)
 			lockhold_lost(h,
 			    h->fence <= r->fence ? LOST_REVOKED : LOST_STOLEN);
 	}
 	lockreq_free(req);
 }
 
+static void
+lockhold_check_send(struct lock_req *req)
+{
+	struct lock_hold *h = req->hold;
+
+	req->in_flight = true;
+	req->again = false;
+	lockdb_check(h->ln->name, h->token, h->fence, lockhold_check_cb, req);
+}
+
 /*
  * Messages on the release channel were missed (the subscriber was away),
- * among them perhaps a REVOKE of a hold here that nothing else would tell
- * of before its lease ends (a fixed or kept lock is never renewed).
+ * among them perhaps a REVOKE of a hold here, or a release of it through
+ * another broker, that nothing else would tell of before its lease ends
+ * (a fixed or kept lock is never renewed).
  */
 void
 lockhold_recheck(struct lock_name *ln)
@@ -296,10 +409,28 @@ lockhold_recheck(struct lock_name *ln)
 
 	LIST_FOREACH(h, &ln->holds, name_entry)
 	{
+		if ((req = h->checking) != NULL) {
+			req->again = req->in_flight; /* else it asks anew */
+			continue;
+		}
 		req = lockreq_new(OP_CHECK, NULL, ln->name, h->token);
-		req->fence = h->fence;
-		req->in_flight = true;
-		lockdb_check(ln->name, h->token, lockhold_check_cb, req);
+		req->hold = h;
+		h->checking = req;
+		lockhold_check_send(req);
+	}
+}
+
+/* Another broker released the grant with this fence, or shortened its
+ * lease: holds of it here are lost. */
+void
+lockhold_released(struct lock_name *ln, uint64_t fence)
+{
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (h->fence == fence)
+			lockhold_lost(h, LOST_REVOKED);
 	}
 }
 

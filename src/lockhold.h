@@ -32,6 +32,10 @@ struct lock_hold *lockhold_set(
     struct lock_owner *o, struct lock_req *req, uint64_t fence);
 /* o's hold of name, or NULL. */
 struct lock_hold *lockhold_find(struct lock_owner *o, const char *name);
+/* A request that may set token's lease on ln to ttl_ms is sent: its holds
+ * here trust no more than that lease until Redis answers. */
+void lockhold_assume(struct lock_name *ln, const char *token,
+    uint64_t start_ms, uint64_t ttl_ms);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);
@@ -43,6 +47,9 @@ void lockhold_drop_token(struct lock_name *ln, const char *token,
 void lockhold_recheck(struct lock_name *ln);
 /* An admin revoked ln: holds with fence or older are lost. */
 void lockhold_revoked(struct lock_name *ln, uint64_t fence);
+/* Another broker released or shortened the grant with fence: its holds
+ * here are lost. */
+void lockhold_released(struct lock_name *ln, uint64_t fence);
 /* Whether a release for except's owner would take the lock from someone
  * else here too (see lockhold.c). */
 bool lockhold_token_busy(struct lock_name *ln, const char *token,

@@ -130,7 +130,7 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 		 * can ask again with that token and learn the fence). */
 		if ((req->kind != LOCK_KEEP || req->own_token) &&
 		    !lockhold_token_busy(req->ln, req->token, NULL, NULL))
-			lockrel_release(req->ln->name, req->token, false,
+			lockrel_release(req->ln->name, req->token, fence, false,
 			    util_validity_end(req->start_ms, req->ttl_ms,
 				lk.cf->locks.clock_drift));
 		return;
@@ -171,8 +171,8 @@ lockq_token_used(
  * would hand the client a lock anyone may take at any moment. It goes back
  * to Redis and the try counts as refused.
  */
-static bool
-lockq_grant_late(struct lock_req *req)
+bool
+lockq_grant_late(struct lock_req *req, uint64_t fence)
 {
 	uint64_t end = util_validity_end(
 	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
@@ -185,7 +185,7 @@ lockq_grant_late(struct lock_req *req)
 		  "%" PRIu64 " ms lease; given back",
 	    req->ln->name, now - req->start_ms, req->ttl_ms);
 	if (!lockq_token_used(req->ln, req->token, req))
-		lockrel_release(req->ln->name, req->token, false, end);
+		lockrel_release(req->ln->name, req->token, fence, false, end);
 	return true;
 }
 
@@ -212,7 +212,7 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	ln->refs++;
 	ln->attempting = false;
 	req->in_flight = false;
-	lockrel_release(ln->name, req->token, false,
+	lockrel_release(ln->name, req->token, req->fence, false,
 	    util_validity_end(
 		req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
 	lockq_dequeue(req);
@@ -321,7 +321,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	req->in_flight = false;
 	if (r->status == LDB_UNAVAILABLE)
 		req->unsure = true;
-	if (r->status == LDB_OK && lockq_grant_late(req)) {
+	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
 		next = 0; /* given back: the head tries again at once */
 		if (req->owner == NULL || req->wait_ms == 0) {
 			lockq_dequeue(req);
@@ -339,6 +339,12 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	} else if (r->status == LDB_DONE) {
 		lockq_done(req, r->fence);
 		next = 0;
+		if (req->queued && req->wait_ms == 0) {
+			/* Became a try-once on its way: never told DONE. */
+			STAT_INC(timeouts_total);
+			lockq_dequeue(req);
+			lockreq_answer_status(req, LOCK_TIMEOUT);
+		}
 	} else if (r->status == LDB_CONFLICT) {
 		lockq_conflict(req, r);
 		next = 0;
@@ -398,6 +404,8 @@ lockq_attempt(struct lock_name *ln)
 	req->tries++;
 	req->start_ms = mono_ms();
 	req->tried_us = mono_us();
+	/* Another connection here may hold it under the same token. */
+	lockhold_assume(ln, req->token, req->start_ms, req->ttl_ms);
 	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 }
@@ -481,24 +489,59 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
-/* " revoked <fence>" after a name: the fence. */
-static bool
-lockq_parse_revoked(const char *s, size_t len, uint64_t *fence)
-{
-	static const char word[] = " revoked ";
-	char num[24];
-	size_t n = sizeof word - 1;
+/* What a message after a name says of it. */
+enum lockq_news { NEWS_NONE, NEWS_REVOKED, NEWS_RELEASED, NEWS_SHORTENED };
 
-	if (len <= n || len - n >= sizeof num || memcmp(s, word, n) != 0)
-		return false;
-	memcpy(num, s + n, len - n);
-	num[len - n] = '\0';
-	return proto_parse_u64(num, UINT64_MAX, fence) == 0;
+/* " revoked <fence>", " released <fence> <broker>" or " shortened <fence>
+ * <broker>" after a name: what, the fence, and whether another broker
+ * than this one sent it (s is not NUL-terminated). */
+static enum lockq_news
+lockq_parse_news(const char *s, size_t len, uint64_t *fence, bool *other)
+{
+	static const char *const words[] = { NULL, "revoked", "released",
+		"shortened" };
+	char buf[PROTO_NAME_MAX + 160], *w[4];
+	int n;
+
+	if (len >= sizeof buf)
+		return NEWS_NONE;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	n = proto_split(buf, len, w, 4);
+	for (int i = 1; n >= 2 && i < 4; i++) {
+		if (strcmp(w[0], words[i]) != 0 ||
+		    proto_parse_u64(w[1], UINT64_MAX, fence) != 0)
+			continue;
+		if (i == NEWS_REVOKED && n == 2)
+			return NEWS_REVOKED;
+		if (i != NEWS_REVOKED && n == 3) {
+			*other = strcmp(w[2], lk.broker) != 0;
+			return (enum lockq_news)i;
+		}
+	}
+	return NEWS_NONE;
+}
+
+/* (Re)subscribed: releases and revokes may have been missed meanwhile. */
+static void
+lockq_resubscribed(void)
+{
+	struct lock_name *ln;
+
+	for (size_t i = 0; i < lk.nbuckets; i++)
+		LIST_FOREACH(ln, &lk.buckets[i], entry)
+		{
+			if (!TAILQ_EMPTY(&ln->waiters))
+				lockq_retry_at(ln, 0);
+			lockhold_recheck(ln);
+		}
 }
 
 /*
- * A broker released a name ("<name>"), or an admin revoked it ("<name>
- * revoked <fence>": holds here with that fence or an older one are lost).
+ * A broker released a name ("<name>"), an admin revoked it ("<name>
+ * revoked <fence>": holds here with that fence or an older one are lost),
+ * or another broker released or shortened a grant whose holds may be here
+ * too ("<name> released|shortened <fence> <broker>": they are lost).
  * Either way its waiters here may go.
  */
 static void
@@ -507,22 +550,18 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 	char name[PROTO_NAME_MAX + 1];
 	const char *sp;
 	struct lock_name *ln;
+	enum lockq_news news = NEWS_NONE;
 	uint64_t fence = 0;
+	bool other = false;
 
 	if (msg == NULL) {
-		/* (Re)subscribed: releases and revokes may have been missed
-		 * meanwhile. */
-		for (size_t i = 0; i < lk.nbuckets; i++)
-			LIST_FOREACH(ln, &lk.buckets[i], entry)
-			{
-				if (!TAILQ_EMPTY(&ln->waiters))
-					lockq_retry_at(ln, 0);
-				lockhold_recheck(ln);
-			}
+		lockq_resubscribed();
 		return;
 	}
 	if ((sp = memchr(msg, ' ', len)) != NULL) {
-		if (!lockq_parse_revoked(sp, len - (size_t)(sp - msg), &fence))
+		news = lockq_parse_news(
+		    sp + 1, len - (size_t)(sp - msg) - 1, &fence, &other);
+		if (news == NEWS_NONE)
 			return;
 		len = (size_t)(sp - msg);
 	}
@@ -533,10 +572,13 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 	if ((ln = lockreq_name_find(name)) == NULL)
 		return;
 	ln->refs++;
-	if (fence > ln->revoked)
-		ln->revoked = fence;
-	if (fence > 0)
+	if (news == NEWS_REVOKED) {
+		if (fence > ln->revoked)
+			ln->revoked = fence;
 		lockhold_revoked(ln, fence);
+	} else if (news != NEWS_NONE && other &&
+	    chaos_fault != CHAOS_NO_FOREIGN_NOTICE)
+		lockhold_released(ln, fence);
 	lockq_kick(ln);
 	lockreq_name_unref(ln);
 }
@@ -561,6 +603,7 @@ lockq_handover_claim(struct lock_name *ln)
 	next->in_flight = true;
 	next->tries++;
 	next->start_ms = mono_ms();
+	lockhold_assume(ln, next->token, next->start_ms, next->ttl_ms);
 	return next;
 }
 

@@ -5,6 +5,7 @@
 #ifndef LB_LOCKQ_H
 #define LB_LOCKQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct lock_name;
@@ -25,6 +26,9 @@ void lockq_attempt(struct lock_name *ln);
 void lockq_granted(struct lock_req *req, uint64_t fence);
 /* The answer to the head's try (or to a hand-over made for it). */
 void lockq_attempt_cb(const struct lockdb_reply *r, void *arg);
+/* A grant answered after its validity ended is given back (fence: the
+ * one it was granted); true if so. */
+bool lockq_grant_late(struct lock_req *req, uint64_t fence);
 /* Answer ERR ARGS for an ACQUIRE held in another mode (lockdb CONFLICT). */
 void lockq_conflict(struct lock_req *req, const struct lockdb_reply *r);
 /* Cancel the head's scheduled try. */

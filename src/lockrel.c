@@ -11,6 +11,7 @@
 
 #include <event2/event.h>
 
+#include "chaos.h"
 #include "config.h"
 #include "lockdb.h"
 #include "lockrel.h"
@@ -26,6 +27,7 @@ struct lockrel {
 	TAILQ_ENTRY(lockrel) entry; /* in rel.owed while owed */
 	uint64_t lease_end_ms;	    /* 0: unknown, ask Redis */
 	enum lockdb_done done;	    /* a client's RELEASE: FILL waiters' DONE */
+	uint64_t fence;		    /* the grant meant; 0: any of the token's */
 	char token[PROTO_TOKEN_MAX + 1];
 	char name[];
 };
@@ -40,13 +42,15 @@ static struct {
 } rel;
 
 static struct lockrel *
-lockrel_new(const char *name, const char *token, uint64_t lease_end_ms)
+lockrel_new(const char *name, const char *token, uint64_t fence,
+    uint64_t lease_end_ms)
 {
 	size_t len = strlen(name);
 	struct lockrel *r = xcalloc(1, sizeof *r + len + 1);
 
 	memcpy(r->name, name, len + 1);
 	snprintf(r->token, sizeof r->token, "%s", token);
+	r->fence = fence;
 	r->lease_end_ms = lease_end_ms;
 	return r;
 }
@@ -95,14 +99,14 @@ lockrel_owe(struct lockrel *r)
 }
 
 void
-lockrel_remember(const char *name, const char *token, uint64_t lease_end_ms,
-    enum lockdb_done done)
+lockrel_remember(const char *name, const char *token, uint64_t fence,
+    uint64_t lease_end_ms, enum lockdb_done done)
 {
 	struct lockrel *r;
 
 	if (rel.stopping)
 		return;
-	r = lockrel_new(name, token, lease_end_ms);
+	r = lockrel_new(name, token, fence, lease_end_ms);
 	r->done = done;
 	lockrel_owe(r);
 }
@@ -125,17 +129,17 @@ lockrel_done_cb(const struct lockdb_reply *r, void *arg)
 /* Release for nobody in particular; a vanished holder's lock is kept for
  * lock_delay_ms instead (Chubby's lock-delay), by shortening its lease. */
 void
-lockrel_release(
-    const char *name, const char *token, bool vanished, uint64_t lease_end_ms)
+lockrel_release(const char *name, const char *token, uint64_t fence,
+    bool vanished, uint64_t lease_end_ms)
 {
-	struct lockrel *req = lockrel_new(name, token, lease_end_ms);
+	struct lockrel *req = lockrel_new(name, token, fence, lease_end_ms);
 	uint64_t delay = (uint64_t)rel.cf->locks.lock_delay_ms;
 
 	if (vanished && delay > 0)
-		lockdb_extend(name, token, delay, lockrel_done_cb, req);
+		lockdb_extend(name, token, fence, delay, lockrel_done_cb, req);
 	else
-		lockdb_release(
-		    name, token, LDB_DONE_NO, 0, lockrel_done_cb, req);
+		lockdb_release(name, token, fence, LDB_DONE_NO, 0,
+		    lockrel_done_cb, req);
 }
 
 /* An owed release, done late: say whether it was still needed. */
@@ -179,8 +183,9 @@ lockrel_redis_up(void *arg)
 			    r->name);
 			free(r);
 		} else
-			lockdb_release(r->name, r->token, r->done,
-			    lockrel_done_ms(), lockrel_late_cb, r);
+			lockdb_release(r->name, r->token,
+			    chaos_fault == CHAOS_OWED_BLIND ? 0 : r->fence,
+			    r->done, lockrel_done_ms(), lockrel_late_cb, r);
 	}
 }
 

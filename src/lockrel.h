@@ -22,14 +22,16 @@ typedef void lockrel_released_fn(const char *name);
 
 void lockrel_init(struct event_base *base, const struct config *cf,
     lockrel_released_fn *released);
-/* Release name under token; vanished: apply the lock delay instead.
- * lease_end_ms (monotonic, 0 if unknown) bounds how long it is worth
- * retrying if Redis does not answer. */
-void lockrel_release(
-    const char *name, const char *token, bool vanished, uint64_t lease_end_ms);
+/* Release name's grant under token with fence (0: whichever grant the
+ * token has; only for a token nobody else knows); vanished: apply the
+ * lock delay instead. lease_end_ms (monotonic, 0 if unknown) bounds how
+ * long it is worth retrying if Redis does not answer. */
+void lockrel_release(const char *name, const char *token, uint64_t fence,
+    bool vanished, uint64_t lease_end_ms);
 /* Redis did not hear of a release: do it when Redis is back (unless
- * stopping: then its lease ends it). */
-void lockrel_remember(const char *name, const char *token,
+ * stopping: then its lease ends it). It is done with its fence, so it
+ * can never delete a later grant to the same token. */
+void lockrel_remember(const char *name, const char *token, uint64_t fence,
     uint64_t lease_end_ms, enum lockdb_done done);
 /* A graceful stop: a release Redis does not hear of from now on is left
  * to its lease (one already owed is still tried while the loop runs). */

@@ -122,7 +122,7 @@ lockreq_free(struct lock_req *req)
 	 * the token is this request's alone unless the client chose it. */
 	if (req->op == OP_ACQUIRE && req->unsure && !req->granted &&
 	    req->own_token)
-		lockrel_remember(req->ln->name, req->token,
+		lockrel_remember(req->ln->name, req->token, 0,
 		    req->start_ms + req->ttl_ms, LDB_DONE_NO);
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);

@@ -43,7 +43,7 @@ struct lock_req {
 	enum lock_op op;
 	struct lock_owner *owner; /* NULL once nobody waits for the answer */
 	struct lock_name *ln;	  /* referenced */
-	struct lock_hold *hold;	  /* OP_RENEW; NULL once the hold is gone */
+	struct lock_hold *hold;	  /* OP_RENEW, OP_CHECK; NULL once it is gone */
 	struct lock_req *next;	  /* OP_RELEASE: the waiter handed it */
 	enum lockdb_done done;	  /* OP_RELEASE: how it tells FILL waiters */
 	char token[PROTO_TOKEN_MAX + 1];
@@ -55,6 +55,7 @@ struct lock_req {
 	bool marked_writer; /* a try marked it a writer readers wait for */
 	bool queued;
 	bool in_flight;
+	bool again; /* OP_CHECK: more was missed while it was in Redis */
 	enum lock_kind kind;
 	enum lockdb_mode mode;
 	unsigned limit; /* LDB_LIMIT */

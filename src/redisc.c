@@ -24,6 +24,8 @@
 #include "xmalloc.h"
 
 #define REDISC_MAX_SCRIPTS 16
+/* A script's keys and arguments, and its key count. */
+#define REDISC_MAX_ARGS 24
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
 
 struct redisc_req {
@@ -311,12 +313,12 @@ void
 redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg)
 {
-	const char *argv[16];
-	size_t alens[16];
+	const char *argv[REDISC_MAX_ARGS];
+	size_t alens[REDISC_MAX_ARGS];
 	char nk[16];
 	struct redisc_req *req;
 
-	if (n + 1 > 16)
+	if (n + 1 > REDISC_MAX_ARGS)
 		fatalx("redisc_eval: too many arguments");
 	snprintf(nk, sizeof nk, "%d", nkeys);
 	argv[0] = nk;
