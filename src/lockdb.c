@@ -236,7 +236,9 @@ static struct redisc_script lockdb_release_lua = { "release",
 	LUA_HOLDS LUA_FOREIGN
 	"if holds then\n"
 	"  local c = redis.call('GET', KEYS[5]) or '0'\n"
-	"  if ARGV[6] ~= '0' and c ~= ARGV[6] then return 0 end\n"
+	"  if ARGV[6] ~= '0' and c ~= ARGV[6] and tonumber(c) then\n"
+	"    return 0\n"
+	"  end\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  local f = ARGV[4] == '2' or (ARGV[4] == '1' and\n"
 	"    redis.call('EXISTS', KEYS[6]) == 1)\n"
@@ -279,7 +281,8 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
 	"" };
 
 /*
- * Release straight to the next waiter: compare (token and fence), then set
+ * Release straight to the next waiter: compare (token and fence, unless the
+ * counter is no integer), then set
  * the new holder and its fence, so the lock is never free in between and
  * the handover is one round trip. Nothing is published, the lock not
  * being free, unless another broker stored the grant (released, as the
@@ -291,9 +294,8 @@ static struct redisc_script lockdb_blind_release_lua = { "blind-release",
  */
 static struct redisc_script lockdb_handover_lua = { "handover",
 	LUA_HOLDS LUA_FOREIGN
-	"if not holds or redis.call('GET', KEYS[2]) ~= ARGV[6] then\n"
-	"  return {0}\n"
-	"end\n"
+	"local c = redis.call('GET', KEYS[2])\n"
+	"if not holds or (c ~= ARGV[6] and tonumber(c)) then return {0} end\n"
 	"if foreign(v, ARGV[7]) then\n"
 	"  redis.call('PUBLISH', ARGV[8], ARGV[9] .. ' released ' .. ARGV[6] ..\n"
 	"    ' ' .. ARGV[7])\n"

@@ -5,6 +5,7 @@
 #include <sys/queue.h>
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,12 @@
 
 struct lock_engine lk;
 
+/* The name table's least size, and how often memory is given back. */
+#define LOCKREQ_BUCKETS 64
+#define LOCKREQ_TRIM_S 10
+
+static void lockreq_busier(void);
+
 /* FNV-1a: names are short and untrusted; this is only a table index. */
 static size_t
 lockreq_hash(const char *s)
@@ -34,9 +41,8 @@ lockreq_hash(const char *s)
 }
 
 static void
-lockreq_names_grow(void)
+lockreq_names_resize(size_t n)
 {
-	size_t n = lk.nbuckets * 2;
 	struct lock_bucket *b = xcalloc(n, sizeof *b);
 	struct lock_name *ln;
 
@@ -79,7 +85,8 @@ lockreq_name_ref(const char *name)
 		LIST_INSERT_HEAD(
 		    &lk.buckets[lockreq_hash(name) % lk.nbuckets], ln, entry);
 		if (++lk.nnames > lk.nbuckets)
-			lockreq_names_grow();
+			lockreq_names_resize(lk.nbuckets * 2);
+		lockreq_busier();
 	}
 	ln->refs++;
 	return ln;
@@ -95,6 +102,9 @@ lockreq_name_unref(struct lock_name *ln)
 	if (ln->retry_ev != NULL)
 		event_free(ln->retry_ev);
 	free(ln);
+	/* A burst of names is over: a table a quarter the size. */
+	if (lk.nbuckets > LOCKREQ_BUCKETS && lk.nnames < lk.nbuckets / 8)
+		lockreq_names_resize(lk.nbuckets / 4);
 }
 
 struct lock_req *
@@ -103,6 +113,8 @@ lockreq_new(
 {
 	struct lock_req *req = xcalloc(1, sizeof *req);
 
+	lk.nreqs++;
+	lockreq_busier();
 	req->op = op;
 	req->owner = o;
 	req->ln = lockreq_name_ref(name);
@@ -127,6 +139,7 @@ lockreq_free(struct lock_req *req)
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
 	lockreq_name_unref(req->ln);
+	lk.nreqs--;
 	free(req);
 }
 
@@ -245,6 +258,32 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 	a->info = info;
 }
 
+/* The most names and requests alive at once since memory was last given
+ * back. */
+static void
+lockreq_busier(void)
+{
+	if (lk.nnames + lk.nreqs > lk.peak)
+		lk.peak = lk.nnames + lk.nreqs;
+}
+
+/*
+ * After a burst (tens of thousands of holds or waiters) the allocator
+ * keeps the freed memory; give it back to the system once the engine holds
+ * less than half of what it did, checked every LOCKREQ_TRIM_S.
+ */
+static void
+lockreq_trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+	size_t now = lk.nnames + lk.nreqs;
+
+	lockreq_timer(lk.trim_ev, LOCKREQ_TRIM_S * 1000);
+	if (lk.peak < 4096 || now > lk.peak / 2)
+		return;
+	malloc_trim(0);
+	lk.peak = now;
+}
+
 void
 lockreq_init(struct event_base *base, const struct config *cf)
 {
@@ -253,8 +292,11 @@ lockreq_init(struct event_base *base, const struct config *cf)
 	memset(&lk, 0, sizeof lk);
 	lk.base = base;
 	lk.cf = cf;
-	lk.nbuckets = 64;
+	lk.nbuckets = LOCKREQ_BUCKETS;
 	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
+	if ((lk.trim_ev = evtimer_new(base, lockreq_trim_cb, NULL)) == NULL)
+		fatalx("lock: evtimer_new failed");
+	lockreq_timer(lk.trim_ev, LOCKREQ_TRIM_S * 1000);
 	if (gethostname(host, sizeof host) != 0)
 		snprintf(host, sizeof host, "localhost");
 	host[sizeof host - 1] = '\0';
@@ -270,4 +312,7 @@ lockreq_shutdown(void)
 {
 	free(lk.buckets);
 	lk.buckets = NULL;
+	if (lk.trim_ev != NULL)
+		event_free(lk.trim_ev);
+	lk.trim_ev = NULL;
 }

@@ -92,6 +92,9 @@ struct lock_engine {
 	struct lock_bucket *buckets;
 	size_t nbuckets;
 	size_t nnames;
+	size_t nreqs;	     /* requests alive */
+	size_t peak;	     /* nnames + nreqs at most since the last trim */
+	struct event *trim_ev;
 	unsigned nwaiters;
 	bool stopping;	  /* SIGTERM: no more waiting */
 	char broker[128]; /* "<hostname>:<pid>", for WHO */
