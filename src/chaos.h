@@ -14,11 +14,11 @@
 
 enum chaos_fault {
 	CHAOS_NONE,
-	CHAOS_NO_FENCE,	     /* every grant reports fence 1 */
-	CHAOS_BLIND_RELEASE, /* a release deletes whatever token holds it */
-	CHAOS_NO_VALIDITY,   /* a grant that came too late is answered OK */
-	CHAOS_NO_LIMIT,	     /* LIMIT <n> admits any number of holders */
-	CHAOS_OWED_BLIND,    /* an owed release compares the token only */
+	CHAOS_NO_FENCE,		 /* every grant reports fence 1 */
+	CHAOS_BLIND_RELEASE,	 /* a release deletes whatever token holds it */
+	CHAOS_NO_VALIDITY,	 /* a grant that came too late is answered OK */
+	CHAOS_NO_LIMIT,		 /* LIMIT <n> admits any number of holders */
+	CHAOS_OWED_BLIND,	 /* an owed release compares the token only */
 	CHAOS_NO_FOREIGN_NOTICE, /* a grant released or shortened through
 				    another broker tells its holders nothing */
 };

@@ -214,7 +214,8 @@ lock_acquire(struct lock_owner *o, const char *name,
 		char info[LOCKREQ_INFO];
 
 		req->in_flight = true;
-		lockhold_assume(req->ln, req->token, req->start_ms, req->ttl_ms);
+		lockhold_assume(
+		    req->ln, req->token, req->start_ms, req->ttl_ms);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
 		return 0;

@@ -107,7 +107,10 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"local val = ARGV[1] .. ' ' .. ARGV[4]\n"
 	"if redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then\n"
 	"  local f = redis.pcall('INCR', KEYS[2])\n"
-	"  if type(f) ~= 'number' then redis.call('DEL', KEYS[1]) return f end\n"
+	"  if type(f) ~= 'number' then\n"
+	"    redis.call('DEL', KEYS[1])\n"
+	"    return f\n"
+	"  end\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
 	"  return {1, f}\n"
 	"end\n" LUA_NOW LUA_HOLDS LUA_HOLDERS LUA_FOREIGN
@@ -117,7 +120,9 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"    if ARGV[5] == '1' then\n"
 	"      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])\n"
 	"    end\n"
-	"    if w == 1 then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end\n"
+	"    if w == 1 then\n"
+	"      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])\n"
+	"    end\n"
 	"  end\n"
 	"  return {0, t, f, ARGV[3] ~= '0' and w or 0}\n"
 	"end\n"
@@ -133,7 +138,10 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"  end\n"
 	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
 	"  local f = redis.pcall('INCR', KEYS[2])\n"
-	"  if type(f) ~= 'number' then redis.call('DEL', KEYS[1]) return f end\n"
+	"  if type(f) ~= 'number' then\n"
+	"    redis.call('DEL', KEYS[1])\n"
+	"    return f\n"
+	"  end\n"
 	"  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end\n"
 	"  return {1, f}\n"
 	"end\n"
@@ -142,10 +150,11 @@ static struct redisc_script lockdb_acquire_lua = { "acquire",
 	"  local b = string.match(ARGV[4], '^%S+ (%S+)')\n"
 	"  if foreign(v, b) then\n"
 	"    if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[2]) then\n"
-	"      redis.call('PUBLISH', ARGV[8], ARGV[9] .. ' shortened ' .. fs ..\n"
-	"        ' ' .. b)\n"
+	"      redis.call('PUBLISH', ARGV[8],\n"
+	"        ARGV[9] .. ' shortened ' .. fs .. ' ' .. b)\n"
 	"    end\n"
-	"    val = ARGV[1] .. ' ' .. string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')\n"
+	"    val = ARGV[1] .. ' ' ..\n"
+	"      string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')\n"
 	"  end\n"
 	"  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])\n"
 	"  return {1, tonumber(fs)}\n"
@@ -183,7 +192,8 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"if n > 0 then\n"
 	"  local m = redis.call('HGET', KEYS[5], '=mode')\n"
 	"  if m ~= ARGV[5] then\n"
-	"    return {3, tonumber(string.match(m or '', '^LIMIT=(%d+)$') or '0')}\n"
+	"    local l = string.match(m or '', '^LIMIT=(%d+)$')\n"
+	"    return {3, tonumber(l or '0')}\n"
 	"  end\n"
 	"  local s = redis.call('ZSCORE', KEYS[4], ARGV[1])\n"
 	"  if s then\n"
@@ -192,12 +202,13 @@ static struct redisc_script lockdb_share_lua = { "share",
 	"    local e, b = ARGV[4], string.match(ARGV[4], '^%S+ (%S+)')\n"
 	"    if foreign(info, b) then\n"
 	"      if tonumber(s) - now > tonumber(ARGV[2]) then\n"
-	"        redis.call('PUBLISH', ARGV[7], ARGV[8] .. ' shortened ' .. fs ..\n"
-	"          ' ' .. b)\n"
+	"        redis.call('PUBLISH', ARGV[7],\n"
+	"          ARGV[8] .. ' shortened ' .. fs .. ' ' .. b)\n"
 	"      end\n"
 	"      e = string.gsub(e, '^(%S+) %S+', '%1 *')\n"
 	"    end\n"
-	"    redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])\n"
+	"    local at = ms(now + tonumber(ARGV[2]))\n"
+	"    redis.call('ZADD', KEYS[4], at, ARGV[1])\n"
 	"    stretch(KEYS[1], KEYS[4], KEYS[5], now)\n"
 	"    redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)\n"
 	"    return {1, tonumber(fs)}\n"
@@ -297,8 +308,8 @@ static struct redisc_script lockdb_handover_lua = { "handover",
 	"local c = redis.call('GET', KEYS[2])\n"
 	"if not holds or (c ~= ARGV[6] and tonumber(c)) then return {0} end\n"
 	"if foreign(v, ARGV[7]) then\n"
-	"  redis.call('PUBLISH', ARGV[8], ARGV[9] .. ' released ' .. ARGV[6] ..\n"
-	"    ' ' .. ARGV[7])\n"
+	"  redis.call('PUBLISH', ARGV[8],\n"
+	"    ARGV[9] .. ' released ' .. ARGV[6] .. ' ' .. ARGV[7])\n"
 	"end\n"
 	"local f = redis.pcall('INCR', KEYS[2])\n"
 	"if type(f) ~= 'number' then\n"
@@ -360,7 +371,8 @@ static struct redisc_script lockdb_status_lua = { "status",
 	"local c = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
 	"local v, t = redis.call('GET', KEYS[1]), ARGV[2]\n"
 	"if v and v ~= '=shared' then\n"
-	"  local mine = t == '' or v == t or string.sub(v, 1, #t + 1) == t .. ' '\n"
+	"  local mine = t == '' or v == t or\n"
+	"    string.sub(v, 1, #t + 1) == t .. ' '\n"
 	"  return {1, redis.call('PTTL', KEYS[1]), c, 1, -1,\n"
 	"    (mine and c == tonumber(ARGV[1])) and 1 or 0}\n"
 	"end\n"
@@ -413,7 +425,9 @@ static struct redisc_script lockdb_who_lua = { "who",
  */
 static struct redisc_script lockdb_check_lua = { "check",
 	LUA_NOW LUA_HOLDS
-	"if holds and redis.call('GET', KEYS[4]) == ARGV[2] then return {1} end\n"
+	"if holds and redis.call('GET', KEYS[4]) == ARGV[2] then\n"
+	"  return {1}\n"
+	"end\n"
 	"local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
 	"if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',\n"
 	"    KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then\n"
@@ -812,8 +826,8 @@ lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 }
 
 void
-lockdb_check(const char *name, const char *token, uint64_t fence,
-    lockdb_cb *cb, void *arg)
+lockdb_check(const char *name, const char *token, uint64_t fence, lockdb_cb *cb,
+    void *arg)
 {
 	char f[24];
 	const char *args[2] = { token, f };

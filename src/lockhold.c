@@ -233,8 +233,8 @@ lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
 			/* Re-granted as a fixed lease meanwhile: not ours. */
 		} else if (r->status == LDB_OK) {
 			STAT_INC(renewals_total);
-			lockhold_lease(h->ln, h->token, h->fence,
-			    req->start_ms, req->ttl_ms);
+			lockhold_lease(h->ln, h->token, h->fence, req->start_ms,
+			    req->ttl_ms);
 		} else if (r->status == LDB_NO) {
 			lockhold_lost(h, LOST_STOLEN);
 		} else {
@@ -365,8 +365,8 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	if (h != NULL &&
 	    (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL)) {
 		if (req->deadline_ev == NULL &&
-		    (req->deadline_ev = evtimer_new(lk.base,
-			 lockhold_check_retry_cb, req)) == NULL)
+		    (req->deadline_ev = evtimer_new(
+			 lk.base, lockhold_check_retry_cb, req)) == NULL)
 			fatalx("lock: evtimer_new failed");
 		lockreq_timer(req->deadline_ev,
 		    (uint64_t)lk.cf->redis.command_timeout_ms);

@@ -34,8 +34,8 @@ struct lock_hold *lockhold_set(
 struct lock_hold *lockhold_find(struct lock_owner *o, const char *name);
 /* A request that may set token's lease on ln to ttl_ms is sent: its holds
  * here trust no more than that lease until Redis answers. */
-void lockhold_assume(struct lock_name *ln, const char *token,
-    uint64_t start_ms, uint64_t ttl_ms);
+void lockhold_assume(struct lock_name *ln, const char *token, uint64_t start_ms,
+    uint64_t ttl_ms);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);

@@ -42,8 +42,8 @@ static struct {
 } rel;
 
 static struct lockrel *
-lockrel_new(const char *name, const char *token, uint64_t fence,
-    uint64_t lease_end_ms)
+lockrel_new(
+    const char *name, const char *token, uint64_t fence, uint64_t lease_end_ms)
 {
 	size_t len = strlen(name);
 	struct lockrel *r = xcalloc(1, sizeof *r + len + 1);
@@ -138,8 +138,8 @@ lockrel_release(const char *name, const char *token, uint64_t fence,
 	if (vanished && delay > 0)
 		lockdb_extend(name, token, fence, delay, lockrel_done_cb, req);
 	else
-		lockdb_release(name, token, fence, LDB_DONE_NO, 0,
-		    lockrel_done_cb, req);
+		lockdb_release(
+		    name, token, fence, LDB_DONE_NO, 0, lockrel_done_cb, req);
 }
 
 /* An owed release, done late: say whether it was still needed. */

@@ -92,8 +92,8 @@ struct lock_engine {
 	struct lock_bucket *buckets;
 	size_t nbuckets;
 	size_t nnames;
-	size_t nreqs;	     /* requests alive */
-	size_t peak;	     /* nnames + nreqs at most since the last trim */
+	size_t nreqs; /* requests alive */
+	size_t peak;  /* nnames + nreqs at most since the last trim */
 	struct event *trim_ev;
 	unsigned nwaiters;
 	bool stopping;	  /* SIGTERM: no more waiting */
