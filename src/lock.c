@@ -214,6 +214,8 @@ lock_acquire(struct lock_owner *o, const char *name,
 		char info[LOCKREQ_INFO];
 
 		req->in_flight = true;
+		lockreq_asking(req);
+		lockreq_token_asks(req);
 		lockhold_assume(
 		    req->ln, req->token, req->start_ms, req->ttl_ms);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
@@ -270,7 +272,8 @@ lock_release_done(
 	else {
 		/* Redone later only for a grant this broker knows the fence
 		 * of, so it can never delete a newer grant to the token. */
-		if (r->status == LDB_UNAVAILABLE && req->fence != 0)
+		if (r->status == LDB_UNAVAILABLE && req->fence != 0 &&
+		    !req->forget)
 			lockrel_remember(req->ln->name, req->token, req->fence,
 			    req->lease_end_ms, req->done);
 		lockreq_answer_db_error(req, r);
@@ -327,6 +330,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		return -1;
 	req = lockreq_new(OP_RELEASE, o, name, token);
 	req->in_flight = true;
+	lockreq_asking(req);
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
 	req->fence = h != NULL ? h->fence : 0;

@@ -406,6 +406,7 @@ lockq_attempt(struct lock_name *ln)
 	req->tried_us = mono_us();
 	/* Another connection here may hold it under the same token. */
 	lockhold_assume(ln, req->token, req->start_ms, req->ttl_ms);
+	lockreq_token_asks(req);
 	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 }
@@ -604,6 +605,7 @@ lockq_handover_claim(struct lock_name *ln)
 	next->tries++;
 	next->start_ms = mono_ms();
 	lockhold_assume(ln, next->token, next->start_ms, next->ttl_ms);
+	lockreq_token_asks(next);
 	return next;
 }
 

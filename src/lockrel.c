@@ -24,7 +24,8 @@
 
 /* A release in Redis, or owed to it. */
 struct lockrel {
-	TAILQ_ENTRY(lockrel) entry; /* in rel.owed while owed */
+	TAILQ_ENTRY(lockrel) entry; /* in rel.owed, or rel.sending */
+	bool cancelled;		    /* the token asked again: not redone */
 	uint64_t lease_end_ms;	    /* 0: unknown, ask Redis */
 	enum lockdb_done done;	    /* a client's RELEASE: FILL waiters' DONE */
 	uint64_t fence;		    /* the grant meant; 0: any of the token's */
@@ -36,6 +37,7 @@ static struct {
 	const struct config *cf;
 	lockrel_released_fn *released;
 	TAILQ_HEAD(, lockrel) owed;
+	TAILQ_HEAD(, lockrel) sending; /* in Redis now */
 	unsigned nowed;
 	struct event *retry_ev; /* try the owed ones again while any are left */
 	bool stopping;
@@ -111,12 +113,24 @@ lockrel_remember(const char *name, const char *token, uint64_t fence,
 	lockrel_owe(r);
 }
 
+/* A release sent: in rel.sending until Redis answers. */
+static void
+lockrel_send(struct lockrel *r, uint64_t fence, enum lockdb_done done,
+    uint64_t done_ms, lockdb_cb *cb)
+{
+	TAILQ_INSERT_TAIL(&rel.sending, r, entry);
+	lockdb_release(r->name, r->token, fence, done, done_ms, cb, r);
+}
+
 static void
 lockrel_done_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lockrel *req = arg;
 
-	if (r->status == LDB_OK) {
+	TAILQ_REMOVE(&rel.sending, req, entry);
+	if (req->cancelled) {
+		/* Not ours to redo: the token asked for the lock again. */
+	} else if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		rel.released(req->name);
 	} else if (r->status == LDB_UNAVAILABLE && !rel.stopping) {
@@ -135,11 +149,36 @@ lockrel_release(const char *name, const char *token, uint64_t fence,
 	struct lockrel *req = lockrel_new(name, token, fence, lease_end_ms);
 	uint64_t delay = (uint64_t)rel.cf->locks.lock_delay_ms;
 
-	if (vanished && delay > 0)
+	if (vanished && delay > 0) {
+		TAILQ_INSERT_TAIL(&rel.sending, req, entry);
 		lockdb_extend(name, token, fence, delay, lockrel_done_cb, req);
-	else
-		lockdb_release(
-		    name, token, fence, LDB_DONE_NO, 0, lockrel_done_cb, req);
+	} else
+		lockrel_send(req, fence, LDB_DONE_NO, 0, lockrel_done_cb);
+}
+
+/*
+ * The token asks for name again (an ACQUIRE is being sent): a release
+ * of it owed or in Redis must not be done after that ACQUIRE, or it would
+ * delete the grant it makes (the same grant, with the same fence, when
+ * the release never ran). One in Redis now runs before the ACQUIRE, so
+ * it is only not redone.
+ */
+void
+lockrel_forget(const char *name, const char *token)
+{
+	struct lockrel *r, *next;
+
+	for (r = TAILQ_FIRST(&rel.owed); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		if (strcmp(r->token, token) != 0 || strcmp(r->name, name) != 0)
+			continue;
+		TAILQ_REMOVE(&rel.owed, r, entry);
+		rel.nowed--;
+		free(r);
+	}
+	TAILQ_FOREACH(r, &rel.sending, entry)
+	if (strcmp(r->token, token) == 0 && strcmp(r->name, name) == 0)
+		r->cancelled = true;
 }
 
 /* An owed release, done late: say whether it was still needed. */
@@ -148,7 +187,10 @@ lockrel_late_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lockrel *req = arg;
 
-	if (r->status == LDB_OK) {
+	TAILQ_REMOVE(&rel.sending, req, entry);
+	if (req->cancelled) {
+		/* The token asked for the lock again: see lockrel_forget. */
+	} else if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		log_info("lock %s: released after Redis came back", req->name);
 		rel.released(req->name);
@@ -183,9 +225,9 @@ lockrel_redis_up(void *arg)
 			    r->name);
 			free(r);
 		} else
-			lockdb_release(r->name, r->token,
+			lockrel_send(r,
 			    chaos_fault == CHAOS_OWED_BLIND ? 0 : r->fence,
-			    r->done, lockrel_done_ms(), lockrel_late_cb, r);
+			    r->done, lockrel_done_ms(), lockrel_late_cb);
 	}
 }
 
@@ -203,6 +245,7 @@ lockrel_init(struct event_base *base, const struct config *cf,
 	rel.cf = cf;
 	rel.released = released;
 	TAILQ_INIT(&rel.owed);
+	TAILQ_INIT(&rel.sending);
 	rel.retry_ev = evtimer_new(base, lockrel_retry_cb, NULL);
 	if (rel.retry_ev == NULL)
 		fatalx("lock: evtimer_new failed");

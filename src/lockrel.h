@@ -33,6 +33,9 @@ void lockrel_release(const char *name, const char *token, uint64_t fence,
  * can never delete a later grant to the same token. */
 void lockrel_remember(const char *name, const char *token, uint64_t fence,
     uint64_t lease_end_ms, enum lockdb_done done);
+/* token asks for name again: releases of it owed are dropped, and those
+ * in Redis now are not redone. */
+void lockrel_forget(const char *name, const char *token);
 /* A graceful stop: a release Redis does not hear of from now on is left
  * to its lease (one already owed is still tried while the loop runs). */
 void lockrel_stop(void);

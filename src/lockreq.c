@@ -82,6 +82,7 @@ lockreq_name_ref(const char *name)
 		memcpy(ln->name, name, len + 1);
 		LIST_INIT(&ln->holds);
 		TAILQ_INIT(&ln->waiters);
+		LIST_INIT(&ln->asking);
 		LIST_INSERT_HEAD(
 		    &lk.buckets[lockreq_hash(name) % lk.nbuckets], ln, entry);
 		if (++lk.nnames > lk.nbuckets)
@@ -138,9 +139,31 @@ lockreq_free(struct lock_req *req)
 		    req->start_ms + req->ttl_ms, LDB_DONE_NO);
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
+	if (req->asking)
+		LIST_REMOVE(req, asking_entry);
 	lockreq_name_unref(req->ln);
 	lk.nreqs--;
 	free(req);
+}
+
+void
+lockreq_asking(struct lock_req *req)
+{
+	req->asking = true;
+	LIST_INSERT_HEAD(&req->ln->asking, req, asking_entry);
+}
+
+void
+lockreq_token_asks(const struct lock_req *req)
+{
+	struct lock_req *r;
+
+	if (req->own_token)
+		return; /* nobody released a token made just now */
+	lockrel_forget(req->ln->name, req->token);
+	LIST_FOREACH(r, &req->ln->asking, asking_entry)
+	if (r->op == OP_RELEASE && strcmp(r->token, req->token) == 0)
+		r->forget = true;
 }
 
 /* Answer the owner (once); the request itself may live on in Redis. */

@@ -40,6 +40,7 @@ enum lock_op {
  */
 struct lock_req {
 	TAILQ_ENTRY(lock_req) queue_entry;
+	LIST_ENTRY(lock_req) asking_entry; /* in ln->asking */
 	enum lock_op op;
 	struct lock_owner *owner; /* NULL once nobody waits for the answer */
 	struct lock_name *ln;	  /* referenced */
@@ -55,7 +56,9 @@ struct lock_req {
 	bool marked_writer; /* a try marked it a writer readers wait for */
 	bool queued;
 	bool in_flight;
-	bool again; /* OP_CHECK: more was missed while it was in Redis */
+	bool again;  /* OP_CHECK: more was missed while it was in Redis */
+	bool asking; /* in ln->asking */
+	bool forget; /* OP_RELEASE: its token asked again; never redone */
 	enum lock_kind kind;
 	enum lockdb_mode mode;
 	unsigned limit; /* LDB_LIMIT */
@@ -75,6 +78,10 @@ struct lock_name {
 	LIST_ENTRY(lock_name) entry;
 	LIST_HEAD(, lock_hold) holds;
 	TAILQ_HEAD(, lock_req) waiters;
+	/* In Redis without a place in the queue: same-token ACQUIREs (they
+	 * keep their token busy) and RELEASEs (an ACQUIRE of the token makes
+	 * them not redone). */
+	LIST_HEAD(, lock_req) asking;
 	unsigned refs;
 	struct event *retry_ev; /* the head's next attempt; made when needed */
 	uint64_t backoff_ms;
@@ -129,6 +136,12 @@ void lockreq_answer_db_error(
 #define LOCKREQ_INFO 256
 void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
     struct lockdb_ask *a, char *info, size_t len);
+
+/* req (a same-token ACQUIRE or a RELEASE) is in Redis until freed. */
+void lockreq_asking(struct lock_req *req);
+/* An ACQUIRE by req's token is being sent: a release of that token owed
+ * or in Redis must not be done after it (it would delete this grant). */
+void lockreq_token_asks(const struct lock_req *req);
 
 /* A one-shot timer ms from now. */
 void lockreq_timer(struct event *ev, uint64_t ms);

@@ -200,6 +200,65 @@ class OwedRelease(TruthBase):
         self.assertEqual(third.cmd("ACQUIRE job WAIT 0"), "TIMEOUT")
 
 
+class SameGrantAgain(TruthBase):
+    """Found by the chaos suite's belief checker after the first fixes: a
+    same-token ACQUIRE gets the same grant (same fence) back, so a fence
+    alone cannot keep a release meant for it from deleting it."""
+    conf = {"redis": {"command_timeout_ms": 2500},
+            "locks": {"lease_ms": 1000}}
+
+    def test_owed_release_spares_a_same_fence_regrant(self):
+        """A RELEASE refused by a BUSY Redis (so it never ran) is owed; the
+        client acquires again with its token and gets grant 1 back; the
+        owed release must not be sent after that ACQUIRE."""
+        a, c = self.client(), self.client()
+        self.assertEqual(self.redis("CONFIG", "SET", "busy-reply-threshold",
+                                    "100"), "OK")
+        token = a.cmd("ACQUIRE n TTL 8000").split()[3]
+        busy = Resp(self.redis.port)
+        self.addCleanup(busy.close)
+        resp_send(busy, "EVAL", "while 1 do end", 0)
+        time.sleep(0.3)
+        self.assertEqual(a.cmd("RELEASE n TOKEN " + token),
+                         "ERR UNAVAILABLE Redis answered BUSY")
+        a.send("ACQUIRE n TTL 8000 TOKEN %s WAIT %d" % (token, 5000 * SLOW))
+        time.sleep(0.3)
+        self.assertEqual(self.redis("SCRIPT", "KILL"), "OK")
+        self.assertEqual(fence_of(a.line()), 1)
+        time.sleep(3.5)  # the owed release's retry (command_timeout_ms)
+        value = self.redis("GET", KEY % "n")
+        self.assertIsNotNone(value, "the owed release deleted the re-grant")
+        self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
+        self.assertEqual(locks_of(a), ["n"])
+
+
+
+class SameTokenInFlight(TruthBase):
+    # clock_drift 0.5: the broker trusts half of a lease, so a hold ends
+    # here while Redis still holds its key.
+    conf = {"redis": {"command_timeout_ms": 2500},
+            "locks": {"clock_drift": 0.5}}
+
+    def test_lost_hold_spares_a_same_token_regrant_in_flight(self):
+        """A's hold of the token ends here (its trusted half of a 1.2 s
+        lease) while B's same-token ACQUIRE waits in a sleeping Redis that
+        still holds the key: the broker must not release the token after
+        B's ACQUIRE, which gets grant 1 back."""
+        a, b, c = self.client(), self.client(), self.client()
+        token = a.cmd("ACQUIRE n TTL 1200").split()[3]
+        time.sleep(0.3)
+        woke = self.stall_redis(0.6)
+        b.send("ACQUIRE n TTL %d TOKEN %s WAIT 0" % (3000 * SLOW, token))
+        self.assert_lost(a, "n", ("expired",), 2 * SLOW)
+        woke()
+        self.assertEqual(fence_of(b.line()), 1)
+        time.sleep(0.2)
+        self.assertIsNotNone(self.redis("GET", KEY % "n"),
+                             "the lost hold's release deleted B's re-grant")
+        self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
+        self.assertEqual(locks_of(b), ["n"])
+
+
 class SameTokenShorter(TruthBase):
 
     def test_same_token_shorter_lease_ends_the_first_hold(self):
