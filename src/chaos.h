@@ -18,7 +18,8 @@ enum chaos_fault {
 	CHAOS_BLIND_RELEASE,	 /* a release deletes whatever token holds it */
 	CHAOS_NO_VALIDITY,	 /* a grant that came too late is answered OK */
 	CHAOS_NO_LIMIT,		 /* LIMIT <n> admits any number of holders */
-	CHAOS_OWED_BLIND,	 /* an owed release compares the token only */
+	CHAOS_OWED_BLIND,	 /* an owed release compares the token only,
+				    and an ACQUIRE of the token keeps it */
 	CHAOS_NO_FOREIGN_NOTICE, /* a grant released or shortened through
 				    another broker tells its holders nothing */
 };

@@ -168,6 +168,8 @@ lockrel_forget(const char *name, const char *token)
 {
 	struct lockrel *r, *next;
 
+	if (chaos_fault == CHAOS_OWED_BLIND)
+		return;
 	for (r = TAILQ_FIRST(&rel.owed); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, entry);
 		if (strcmp(r->token, token) != 0 || strcmp(r->name, name) != 0)

@@ -5,6 +5,9 @@ write log and the nemesis' fault log. Each returns a dict with at least
 Every time is the client's time.monotonic(). A broker's lease starts at
 a moment the client cannot see, somewhere between sending ACQUIRE and
 reading OK; the checks below only use bounds that hold whichever it was.
+
+Holds under one token are one holder's (a token acquired again on another
+connection, docs/protocol.md §4, Same token again): no checker pairs them.
 """
 
 import collections
@@ -16,6 +19,15 @@ CLOCK_DRIFT = 0.01        # locks.clock_drift, the brokers' default
 SLACK_S = 0.150
 RSS_SLACK_KIB = 20 * 1024
 SHOW = 20                 # violations listed per checker (all are counted)
+# The faults that keep news on a broker's subscriber connection from it
+# (nemesis.LINK_KINDS): those with "proxies" break the links of the brokers
+# named there, the others Redis itself. After the heal the broker connects
+# again within redis.reconnect_max_ms and asks Redis about its holds.
+LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
+              "redis_drop", "pause_redis", "kill_redis")
+RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
+# Replies after which an operation may have acted in Redis.
+_MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
 
 
 def validity_end(g):
@@ -64,6 +76,99 @@ def _worker_paused(g, faults):
                    g["t_sent"], g["t_granted"])
 
 
+def _may_have_run(reply):
+    """Whether an operation so answered may have acted in Redis."""
+    return str(reply).startswith(_MAY_HAVE_RUN)
+
+
+def _lease_bound(t_sent, ttl_ms):
+    """The earliest moment a lease set by a request sent at t_sent for
+    ttl_ms can end by the broker's count (validity_end's rule)."""
+    return t_sent + (ttl_ms * (1 - CLOCK_DRIFT) - 2) / 1000.0
+
+
+class Context:
+    """What the pair rules need besides the two holds: the fault log, the
+    end of the run, and, per token, what was done to its grant from other
+    connections (workers.py's operations: an ACQUIRE again, a RELEASE or an
+    EXTEND with the token) and by its other holds."""
+
+    def __init__(self, grants, ops, faults, t_end):
+        self.faults, self.t_end = faults, t_end
+        self.ops = collections.defaultdict(list)
+        for o in ops:
+            if o.get("t_sent") is None:
+                continue
+            if _may_have_run(o.get("reply")):
+                self.ops[o["token"]].append(o)
+            elif o["op"] == "regrant" and o.get("reply") == "TIMEOUT":
+                # Its try may still have been in Redis: granted late, the
+                # broker gives it back at once (a release, at the earliest
+                # when it was sent).
+                self.ops[o["token"]].append(dict(o, op="late regrant",
+                                                 ttl=None))
+        self.holds = collections.defaultdict(list)
+        for g in grants:
+            self.holds[g["token"]].append(g)
+
+    def lease_end(self, g):
+        """The earliest moment g's lease can have ended: its validity
+        (validity_end), or sooner if its token's grant was released or
+        given a shorter lease after g was asked for: a RELEASE with the
+        token from another connection (at its sending, at the earliest), an
+        EXTEND or an ACQUIRE again (their own validity), another hold of
+        the token still held then ending (its release, its validity, after
+        which its broker releases, or its connection breaking: any time
+        after its grant). Lenient on purpose: a token's holds are one
+        holder, judged by the belief checker without any lease bound."""
+        t0 = g["t_sent"]
+        ends = [validity_end(g)]
+        for o in self.ops.get(g["token"], ()):
+            if o["t_sent"] >= t0:
+                ends.append(_lease_bound(o["t_sent"], o["ttl"])
+                            if o.get("ttl") else o["t_sent"])
+        for h in self.holds.get(g["token"], ()):
+            if h is g or hold_end(h, self.t_end) < t0:
+                continue
+            ends += [max(t0, validity_end(h))] + [
+                max(t0, h[k]) for k in ("t_release_sent", "t_granted")
+                if h.get(k) is not None and (
+                    k != "t_granted" or h.get("t_disconnect") is not None)]
+        return min(ends)
+
+    def foreign(self, g, a, b):
+        """The operations on g's token through the other broker than g's,
+        sent after g was granted and before b: their news reaches g's
+        broker over its subscriber connection."""
+        return [o for o in self.ops.get(g["token"], ())
+                if o.get("broker") is not None and o["broker"] != g["broker"]
+                and g["t_sent"] <= o["t_sent"] <= b]
+
+    def link_excuse(self, g, a, b):
+        """Why news on g's token through the other broker (foreign) may
+        have reached g's broker only after b: a fault of g's broker's Redis
+        link (or of Redis) between that news and b (plus the time to
+        connect again after a heal). A line, or None."""
+        for o in self.foreign(g, a, b):
+            for f in self.faults:
+                if f["kind"] not in LINK_KINDS or (
+                        "proxies" in f and g["broker"] not in f["proxies"]):
+                    continue
+                heal = f.get("t_heal", float("inf")) + RESUBSCRIBE_S
+                if f["t_start"] <= b and heal >= o["t_sent"]:
+                    return "the %s through b%d %.0f ms before reached b%d " \
+                        "during %s #%d" % (
+                            o["op"], o["broker"], (a - o["t_sent"]) * 1e3,
+                            g["broker"], f["kind"], f["n"])
+        return None
+
+
+def _same_holder(a, g):
+    """Whether two holds are one holder's: the same token (acquired again
+    on another connection, or after an owed release)."""
+    return a["token"] == g["token"]
+
+
 def _mode(g):
     """A hold's sharing mode: "exclusive", "shared" or "limit" (journals
     from before the modes have none: exclusive)."""
@@ -93,10 +198,13 @@ def _by_name(grants):
 
 
 def _brief(g, mode=True):
-    """A grant in a few words (its mode too, unless exclusive)."""
-    return "%s fence %d (%s%s %d ms, b%d)" % (
+    """A grant in a few words (its mode too, unless exclusive; whose
+    token it is, if it was acquired again with another's)."""
+    return "%s fence %d (%s%s %d ms, b%d%s)" % (
         g["client"], g["fence"], "" if _mode(g) == "exclusive" or not mode
-        else mode_label(g) + ", ", g["kind"], g["ttl"], g["broker"])
+        else mode_label(g) + ", ", g["kind"], g["ttl"], g["broker"],
+        ", %s's token" % g["regrant_of"] if g.get("regrant_of") else
+        ", token again" if g.get("reused_token") else "")
 
 
 def check_fences(grants, faults):
@@ -107,14 +215,16 @@ def check_fences(grants, faults):
     binds two grants only if they exclude each other (one is exclusive):
     two readers, or two LIMIT holders, may be granted in one order and read
     in the other (one answer crossed a slow link), and that is no fault;
-    their fences must still be unique."""
+    their fences must still be unique. A token acquired again gets its
+    grant's fence again: a fence may repeat under one token."""
     viol, late_read = [], []
     for name, gs in _by_name(grants).items():
         first = {}
         for g in gs:
-            if g["fence"] in first:
+            f = first.get(g["fence"])
+            if f is not None and not _same_holder(f, g):
                 viol.append("%s: fence %d granted twice: %s and %s" % (
-                    name, g["fence"], _brief(first[g["fence"]]), _brief(g)))
+                    name, g["fence"], _brief(f), _brief(g)))
             first.setdefault(g["fence"], g)
         seq = []
         for g in gs:
@@ -164,20 +274,24 @@ def check_stale_writes(writes):
             "accepted": sum(1 for w in writes if w["accepted"])}
 
 
-def check_overlaps(grants, faults, t_end):
+def check_overlaps(grants, ctx):
     """(3) Two holders of one name at once is explained only if the older
     one (lower fence) had a lease that had surely ended when the newer was
     granted, and it was told so by its broker by then: news later than
-    SLACK_S must be explained by its broker or worker being stopped. Names
-    held SHARED or with LIMIT are the modes checker's."""
+    SLACK_S must be explained by its broker or worker being stopped (or,
+    when the older's grant was released or shortened through the other
+    broker, by its broker's Redis link being broken then). Names held
+    SHARED or with LIMIT are the modes checker's."""
     viol, explained = [], []
     shared = mode_names(grants)
     for name, gs in _by_name(grants).items():
         if name in shared:
             continue
-        for g, active in _open_holds(gs, t_end):
+        for g, active in _open_holds(gs, ctx.t_end):
             for a in active:
-                ok, line = _overlap(a, g, faults, t_end)
+                if _same_holder(a, g):
+                    continue
+                ok, line = _overlap(a, g, ctx)
                 (explained if ok else viol).append(line)
     return {"violations": viol, "explained": explained}
 
@@ -192,12 +306,13 @@ def _open_holds(gs, t_end):
         active.append(g)
 
 
-def _overlap(a, g, faults, t_end):
+def _overlap(a, g, ctx):
     """Judge one overlap of a (read first) and g: (explained, a line)."""
     old, new = (g, a) if g["fence"] < a["fence"] else (a, g)
-    ms = (min(hold_end(a, t_end), hold_end(g, t_end)) - g["t_granted"]) * 1e3
+    ms = (min(hold_end(a, ctx.t_end), hold_end(g, ctx.t_end)) -
+          g["t_granted"]) * 1e3
     t_told, how = told_lost(old)
-    margin = (new["t_granted"] - validity_end(old)) * 1e3
+    margin = (new["t_granted"] - ctx.lease_end(old)) * 1e3
     line = "%s: %s overlaps %s for %.0f ms; older lease ended >= %.0f ms " \
            "before; holder told by %s" % (old["name"], _brief(old),
                                           _brief(new), ms, margin, how)
@@ -207,12 +322,15 @@ def _overlap(a, g, faults, t_end):
     line += " %.0f ms after the newer grant" % (late_s * 1e3)
     if late_s <= SLACK_S:
         return True, line
-    if _stopped(old, faults, new["t_granted"], t_told):
+    if _stopped(old, ctx.faults, new["t_granted"], t_told):
         return True, line + " (its broker or worker was stopped)"
+    why = ctx.link_excuse(old, new["t_granted"], t_told)
+    if why:
+        return True, line + " (%s)" % why
     return False, line
 
 
-def check_modes(grants, faults, t_end):
+def check_modes(grants, ctx):
     """(4) The names held SHARED or with LIMIT n: an exclusive hold (a
     writer) overlapping any other hold, and more than n LIMIT holds open at
     once, are violations unless explained by the overlaps rule (3): a
@@ -225,16 +343,17 @@ def check_modes(grants, faults, t_end):
     for name, gs in _by_name(grants).items():
         if name not in shared:
             continue
-        for g, active in _open_holds(gs, t_end):
+        for g, active in _open_holds(gs, ctx.t_end):
             grants_by["%s %s" % (name, mode_label(g))] += 1
             for a in active:
-                if _excludes(a, g):
-                    ok, line = _overlap(a, g, faults, t_end)
+                if _excludes(a, g) and not _same_holder(a, g):
+                    ok, line = _overlap(a, g, ctx)
                     (explained if ok else viol).append(line)
             if _mode(g) == "limit":
-                same = [a for a in active if _mode(a) == "limit"] + [g]
+                same = _one_per_token(
+                    [a for a in active if _mode(a) == "limit"] + [g])
                 if len(same) > g["limit"]:
-                    ok, line = _over_limit(same, g, faults, t_end)
+                    ok, line = _over_limit(same, g, ctx)
                     (explained if ok else viol).append(line)
     return {"violations": viol, "explained": explained,
             "grants": dict(sorted(grants_by.items()))}
@@ -245,7 +364,13 @@ def mode_label(g):
     return "limit %d" % g["limit"] if _mode(g) == "limit" else _mode(g)
 
 
-def _over_limit(same, g, faults, t_end):
+def _one_per_token(holds):
+    """holds with one per token (the last: a token holds once)."""
+    last = {h["token"]: h for h in holds}
+    return [h for h in holds if last[h["token"]] is h]
+
+
+def _over_limit(same, g, ctx):
     """Judge the LIMIT holds `same` (in read order, the last g) open at
     once, more than g's limit: (explained, a line). A hold is explained
     out when, paired with a newer one of them, the overlaps rule explains
@@ -256,7 +381,7 @@ def _over_limit(same, g, faults, t_end):
             if h2["fence"] <= h["fence"]:
                 continue
             ok, line = _overlap(*sorted((h, h2), key=lambda x: x["t_granted"]),
-                                faults=faults, t_end=t_end)
+                                ctx=ctx)
             if ok:
                 out.append(line)
                 break
@@ -273,6 +398,187 @@ def _stopped(g, faults, a, b):
     return _during(_windows(faults, ("pause_broker", "kill_broker"),
                             "b%d" % g["broker"]), a, b) or \
         _during(_windows(faults, ("pause_worker",), "w%d" % g["w"]), a, b)
+
+
+def check_belief(grants, ctx):
+    """(8) What a holder believes (docs/protocol.md §3, What a holder can
+    rely on): while a client lists a name in LOCKS (from reading its OK
+    until it sends RELEASE, reads EVENT LOST for it, or sees its connection
+    break) nobody else is granted the name (in a conflicting mode; for
+    LIMIT n, more than n tokens in all), and LOCKS says what the client was
+    granted. Holds under one token are one holder. Unlike overlaps (3) no
+    lease is assumed ended: the question is only what the client believed.
+    - pairs: the older (lower fence) of two conflicting holds must stop
+      believing within SLACK_S of the newer's OK (which came after its
+      grant): later, it is explained only if its broker was stopped, or its
+      worker was (unless LOCKS, asked after the newer OK + SLACK_S, still
+      listed it: then the broker itself said so), or its grant was released
+      or shortened through the other broker and its broker's Redis link
+      was broken between that and its EVENT LOST (the news comes over the
+      subscriber connection);
+    - LIMIT n: when a LIMIT hold's OK is read, the holds still believed
+      SLACK_S later (one per token) may be n + k only if k of them are
+      explained out so, each against a newer one of them;
+    - LOCKS: every listing read during a hold lists it, with its fence
+      (else the broker dropped it without EVENT LOST), and lists nothing
+      the client was not granted."""
+    viol, explained, pairs = [], [], 0
+    for name, gs in _by_name(grants).items():
+        for new, before, after in _believed(gs, ctx.t_end):
+            for old in before + after:
+                if old["fence"] < new["fence"] and \
+                        not _same_holder(old, new) and _excludes(old, new):
+                    pairs += 1
+                    ok, line = _belief_pair(old, new, ctx)
+                    (explained if ok else viol).append(line)
+            if _mode(new) == "limit":
+                r = _belief_limit(before, new, ctx)
+                if r is not None:
+                    (explained if r[0] else viol).append(r[1])
+    listings = _check_listings(grants, ctx.t_end, viol)
+    return {"violations": viol, "explained": explained,
+            "pairs_judged": pairs, "locks_listings": listings,
+            "holds_of_other_connections": sum(
+                1 for g in grants if g.get("regrant_of"))}
+
+
+def _believed(gs, t_end):
+    """For each hold g of one name (gs in read order): (g, the holds read
+    before it still believed SLACK_S after its OK was read, the holds read
+    after it while it was still believed)."""
+    ends = [hold_end(g, t_end) for g in gs]
+    active = []
+    for i, g in enumerate(gs):
+        t = g["t_granted"]
+        active = [j for j in active if ends[j] > t + SLACK_S]
+        after, k = [], i + 1
+        while k < len(gs) and gs[k]["t_granted"] < ends[i]:
+            if ends[k] > t + SLACK_S:
+                after.append(gs[k])
+            k += 1
+        yield g, [gs[j] for j in active], after
+        active.append(i)
+
+
+def _belief_pair(old, new, ctx):
+    """Judge one pair of _believed_pairs: (explained, a line)."""
+    end = hold_end(old, ctx.t_end)
+    t = new["t_granted"]
+    line = "%s: %s believed it held the name %.0f ms after %s was " \
+        "granted (%s)%s" % (old["name"], _brief(old), (end - t) * 1e3,
+                            _brief(new), _belief_end(old, ctx.t_end),
+                            _ops_note(old, ctx))
+    listed = [s for s in old.get("locks", ())
+              if s[0] > t + SLACK_S and _lists(s, old)]
+    if listed:
+        line += "; its LOCKS listed it %.0f ms after that grant" % (
+            (listed[-1][0] - t) * 1e3)
+    if _during(_windows(ctx.faults, ("pause_broker", "kill_broker"),
+                        "b%d" % old["broker"]), t, end):
+        return True, line + " (its broker was stopped)"
+    if not listed and _during(_windows(ctx.faults, ("pause_worker",),
+                                       "w%d" % old["w"]), t, end):
+        return True, line + " (its worker was stopped)"
+    why = ctx.link_excuse(old, t, end)
+    if why:
+        return True, line + " (%s)" % why
+    return False, line
+
+
+def _belief_end(g, t_end):
+    """How g's belief ended, in words."""
+    ends = [(g[k], w) for k, w in (
+        ("t_release_sent", "then released"), ("t_disconnect",
+                                              "then its connection broke"))
+            if g.get(k) is not None]
+    if g.get("t_lost") is not None:
+        ends.append((g["t_lost"], "then told EVENT LOST %s" %
+                     g.get("lost_reason")))
+    return min(ends)[1] if ends else "until the end of the run"
+
+
+def _ops_note(g, ctx):
+    """What other connections did to g's grant while it was believed:
+    operations with its token, and its token's other holds ending."""
+    end = hold_end(g, ctx.t_end)
+    out = []
+    for o in ctx.ops.get(g["token"], ()):
+        if g["t_granted"] <= o["t_sent"] <= end:
+            out.append((o["t_sent"], "%s%s via %s b%d %s" % (
+                o["op"], " %d ms" % o["ttl"] if o.get("ttl") else "",
+                o["client"], o["broker"], o["reply"].split(" ")[0])))
+    for h in ctx.holds.get(g["token"], ()):
+        e = hold_end(h, ctx.t_end)
+        if h is not g and g["t_granted"] <= e <= end:
+            out.append((e, "%s (b%d) %s" % (
+                h["client"], h["broker"],
+                _belief_end(h, ctx.t_end).replace("then ", ""))))
+    return "; its token: " + ", ".join(
+        "%s at +%.0f ms" % (w, (t - g["t_granted"]) * 1e3)
+        for t, w in sorted(out)) if out else ""
+
+
+def _lists(snap, g):
+    """Whether a LOCKS listing [t_sent, t_reply, locks] lists g."""
+    return any(l[0] == g["name"] and l[1] == g["fence"] for l in snap[2])
+
+
+def _belief_limit(before, g, ctx):
+    """The LIMIT rule at g's OK (before: the holds read before it still
+    believed SLACK_S later): None, or (explained, a line)."""
+    held = _one_per_token([h for h in before if _mode(h) == "limit"] + [g])
+    if len(held) <= g["limit"]:
+        return None
+    out = []
+    for h in held:
+        for h2 in held:
+            if h2["fence"] <= h["fence"] or _same_holder(h, h2):
+                continue
+            ok, why = _belief_pair(h, h2, ctx)
+            if ok:
+                out.append(why)
+                break
+    line = "%s: %d LIMIT %d holds believed when %s was read (%s); %d " \
+        "explained out%s" % (g["name"], len(held), g["limit"],
+                             _brief(g, False), ", ".join(
+                                 _brief(h, False) + _ops_note(h, ctx)
+                                 for h in held if h is not g),
+                             len(out), "".join(" | " + l for l in out))
+    return len(held) - len(out) <= g["limit"], line
+
+
+def _check_listings(grants, t_end, viol):
+    """The LOCKS rule: each listing read during a hold lists it with its
+    fence (unless it stopped believing before the reply was read), and
+    whatever else a listing shows is a hold the client believed then.
+    Appends to viol; returns how many listings were read."""
+    by_client = collections.defaultdict(list)
+    for g in grants:
+        by_client[g["client"]].append(g)
+    n = 0
+    for g in grants:
+        for snap in g.get("locks", ()):
+            n += 1
+            t_sent, t_reply, locks = snap
+            if hold_end(g, t_end) > t_reply and not _lists(snap, g):
+                got = [l for l in locks if l[0] == g["name"]]
+                viol.append("%s: %s believed it held it but its LOCKS %.0f "
+                            "ms after its OK %s" % (
+                                g["name"], _brief(g),
+                                (t_sent - g["t_granted"]) * 1e3,
+                                "showed fence %d" % got[0][1] if got else
+                                "did not list it (no EVENT LOST)"))
+            for l in locks:
+                if l[0] == g["name"] and l[1] == g["fence"]:
+                    continue
+                if not any(h["name"] == l[0] and h["fence"] == l[1] and
+                           h["t_granted"] <= t_reply and
+                           hold_end(h, t_end) >= t_sent
+                           for h in by_client[g["client"]]):
+                    viol.append("%s: LOCKS of %s listed %s fence %d, which "
+                                "it did not believe it held" % (
+                                    l[0], g["client"], l[0], l[1]))
+    return n
 
 
 def check_late_grants(grants, acqs, faults, command_timeout_s):
@@ -375,11 +681,14 @@ def run_all(records, writes, faults, t_end, command_timeout_s,
     """Every checker; readings (fds, RSS) only at the very end."""
     grants = [r for r in records if r["type"] == "grant"]
     acqs = [r for r in records if r["type"] == "acq"]
+    ctx = Context(grants, [r for r in records if r["type"] == "op"],
+                  faults, t_end)
     res = {
         "fences": check_fences(grants, faults),
         "stale_writes": check_stale_writes(writes),
-        "overlaps": check_overlaps(grants, faults, t_end),
-        "modes": check_modes(grants, faults, t_end),
+        "overlaps": check_overlaps(grants, ctx),
+        "modes": check_modes(grants, ctx),
+        "belief": check_belief(grants, ctx),
         "late_grants": check_late_grants(grants, acqs, faults,
                                          command_timeout_s),
         "liveness": check_liveness(faults),

@@ -11,13 +11,26 @@ from topology import lbtest  # the e2e harness, on the path topology set
 
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
-         "redis_slow", "clock_jump")
+         "redis_slow", "clock_jump", "redis_drop")
+# The kinds that break a broker's Redis link (rec["proxies"] names whose)
+# or Redis itself (every broker's): news on the subscriber connection (a
+# release or a shortened lease through the other broker, a REVOKE) comes
+# late or is missed, until the broker has subscribed again.
+LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
+              "redis_drop", "pause_redis", "kill_redis")
 # The self-test wants the faults that make stale holders and late grants:
 # Redis stalls and slow links (400-800 ms each way) whose round trips stay
 # under the 2.5 s command timeout (so the late answer still arrives) but
 # exceed a 500 ms lease plus the checkers' slack.
 SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
                    "pause_worker", "pause_broker")
+# Variants that need faults of their own in the self-test. owed_blind
+# breaks only a release the broker owes to Redis, which needs a RELEASE
+# that Redis does not answer within the command timeout (2.5 s), for a
+# lease still running when the broker sends it again: Redis stalled
+# 2.7-4 s (workers.py's long leases, then the same token again).
+SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",)}
+PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 
@@ -27,7 +40,9 @@ class Nemesis(threading.Thread):
     of the run; self.faults is the log the checkers read."""
 
     def __init__(self, topo, worker_pids, held, rng, duration,
-                 self_test=False):
+                 self_test=None):
+        """self_test: None, or the variant the self-test runs (the
+        nemesis then makes the faults that variant needs)."""
         super().__init__(name="nemesis", daemon=True)
         self.topo, self.worker_pids, self.held = topo, worker_pids, held
         self.rng, self.self_test = rng, self_test
@@ -62,7 +77,9 @@ class Nemesis(threading.Thread):
     def _next_kind(self):
         """Every kind once (shuffled) before any kind twice."""
         if not self._bag:
-            self._bag = list(SELF_TEST_KINDS if self.self_test else KINDS)
+            self._bag = list(SELF_TEST_KINDS_OF.get(
+                self.self_test, SELF_TEST_KINDS) if self.self_test
+                             else KINDS)
             self.rng.shuffle(self._bag)
         return self._bag.pop()
 
@@ -108,8 +125,13 @@ class Nemesis(threading.Thread):
         """SIGSTOP Redis: every try and renewal stalls, then all answers
         come at once, late."""
         r = self.topo.redis
-        rec.update(target="redis", hold_s=self._hold(1.0, 1.9)
-                   if self.self_test else self._hold(1, 5))
+        if self.self_test in PAUSE_REDIS_S_OF:
+            hold = self._hold(*PAUSE_REDIS_S_OF[self.self_test])
+        elif self.self_test:
+            hold = self._hold(1.0, 1.9)
+        else:
+            hold = self._hold(1, 5)
+        rec.update(target="redis", hold_s=hold)
         r.proc.send_signal(signal.SIGSTOP)
         return lambda: r.proc.send_signal(signal.SIGCONT)
 
@@ -187,6 +209,46 @@ class Nemesis(threading.Thread):
     def _proxy_lossy(self, rec):
         """Reset one broker's Redis connections at random."""
         return self._proxy(rec, "lossy", loss=0.05)
+
+    def _redis_drop(self, rec):
+        """Drop both of one broker's Redis connections (command and
+        subscriber) at once, 1-3 times a few hundred ms apart, without
+        refusing the reconnects: by the proxy (RST from both sides) or by
+        Redis (CLIENT KILL ADDR of each, in one MULTI). Requests in flight
+        are lost (owed releases), and so are messages on the release
+        channel until the broker has subscribed again."""
+        i = self.rng.randrange(len(self.topo.proxies))
+        how = self.rng.choice(("proxy_reset", "client_kill"))
+        n = self.rng.randint(1, 3)
+        gaps = [self.rng.uniform(0.2, 0.8) for _ in range(n - 1)]
+        rec.update(target="proxy-b%d" % i, proxies=[i], how=how,
+                   hold_s=0.2, drops=[])
+        for k in range(n):
+            if k:
+                time.sleep(gaps[k - 1])
+            t = time.monotonic()
+            dropped = self._drop_links(i, how)
+            rec["drops"].append([round(t - rec["t_start"], 3), dropped])
+        return lambda: None
+
+    def _drop_links(self, i, how):
+        """Drop broker i's Redis connections once; how many went."""
+        p = self.topo.proxies[i]
+        if how == "proxy_reset":
+            return p.reset()
+        addrs = p.upstream_addrs()
+        if not addrs:
+            return 0
+        r = self.topo.redis.connect()
+        try:
+            r("MULTI")
+            for a in addrs:
+                r("CLIENT", "KILL", "ADDR", a)
+            got = r("EXEC")
+        finally:
+            r.close()
+        return sum(x for x in got if isinstance(x, int)) \
+            if isinstance(got, list) else 0
 
     def _clock_jump(self, rec):
         """Jump b1's wall clock: leases use CLOCK_MONOTONIC, so nothing

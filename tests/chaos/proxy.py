@@ -1,5 +1,6 @@
 """A loopback TCP relay between one broker and Redis, so the nemesis can
-break that broker's Redis link alone: pass, cut, delay or lossy."""
+break that broker's Redis link alone: pass, cut, delay or lossy, and reset
+(drop every connection at once, once, and go on accepting)."""
 
 import collections
 import random
@@ -56,6 +57,10 @@ class Proxy:
         self.mode, self.delay_s, self.loss = "pass", 0.0, 0.0
         self.links = {}          # socket -> _Link
         self.resets = 0
+        # reset(): asked by another thread, done by the relay's own loop.
+        self._reset_asked = 0
+        self._reset_done = threading.Condition()
+        self._reset_count = (0, 0)   # (resets done, links each dropped)
         self._wake_r, self._wake_w = socket.socketpair()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name=name,
@@ -70,6 +75,38 @@ class Proxy:
         self.loss = loss if mode == "lossy" else 0.0
         self.mode = mode
         self._wake_w.send(b"x")
+
+    def reset(self, timeout=2.0):
+        """Drop every connection now, with RST, both ways at once (for a
+        broker: its command and its subscriber connection), without
+        refusing the reconnects that follow; the number dropped, or None
+        if the relay did not get to it in time."""
+        with self._reset_done:
+            self._reset_asked += 1
+            want = self._reset_asked
+            self._wake_w.send(b"x")
+            ok = self._reset_done.wait_for(
+                lambda: self._reset_count[0] >= want, timeout)
+            return self._reset_count[1] if ok else None
+
+    def upstream_addrs(self):
+        """The addresses ("127.0.0.1:port") Redis sees for the connections
+        relayed now: what CLIENT KILL ADDR takes."""
+        for _ in range(10):
+            try:
+                links = set(self.links.values())
+                break
+            except RuntimeError:     # the relay thread changed the dict
+                time.sleep(0.001)
+        else:
+            return []
+        out = []
+        for link in links:
+            try:
+                out.append("%s:%d" % link.up.getsockname()[:2])
+            except OSError:
+                pass
+        return out
 
     def stop(self):
         """End the relay thread and close every socket it owns."""
@@ -88,6 +125,8 @@ class Proxy:
         while not self._stop:
             if self.mode == "cut" and self.links:
                 self._drop_all()
+            if self._reset_count[0] < self._reset_asked:
+                self._do_reset()
             rl = [self.listener, self._wake_r] + list(self.links)
             wl = [s for s, l in self.links.items() if l.out[s]]
             try:
@@ -196,6 +235,14 @@ class Proxy:
         """A cut: every connection goes at once."""
         for link in set(self.links.values()):
             self._drop(link, reset=True)
+
+    def _do_reset(self):
+        """A reset asked by reset(): drop all, say how many went."""
+        n = len(set(self.links.values()))
+        self._drop_all()
+        with self._reset_done:
+            self._reset_count = (self._reset_asked, n)
+            self._reset_done.notify_all()
 
     def _prune(self):
         """Forget links whose sockets were closed under us."""

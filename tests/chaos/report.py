@@ -7,8 +7,8 @@ from checkers import SHOW, mode_label, mode_names
 
 SHOW_EXPLAINED = 40        # the JSON has every one
 
-CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "late_grants",
-            "liveness", "resources")
+CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "belief",
+            "late_grants", "liveness", "resources")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
@@ -23,7 +23,25 @@ def operations(records, checks):
     by_mode = collections.defaultdict(collections.Counter)
     shared = mode_names(r for r in records if r["type"] in ("acq", "grant"))
     stale, disconnects, unexpected = 0, 0, 0
+    ops, same_token = collections.Counter(), collections.Counter()
     for r in records:
+        if r["type"] == "op":
+            ops["%s via %s: %s" % (r["op"], r["via"],
+                                   _reply_kind(r.get("reply", "")))] += 1
+        if r["type"] in ("acq", "grant") and r.get("reused_token"):
+            same_token["after an owed release: " + (
+                "ok" if r["type"] == "grant" else
+                _reply_kind(r["reply"]))] += 1
+        if r["type"] == "grant" and r.get("regrant_of"):
+            same_token["held on another connection"] += 1
+            same_token["their LOCKS listings"] += len(r.get("locks", ()))
+            if r.get("lost_reason"):
+                same_token["their EVENT LOST " + r["lost_reason"]] += 1
+            continue
+        if r["type"] == "grant":
+            same_token["LOCKS listings while holding"] += len(
+                r.get("locks", ()))
+            same_token["long (TTL 8000) holds"] += bool(r.get("long"))
         if r["type"] in ("acq", "grant") and r["name"] in shared:
             by_mode["%s %s" % (r["name"], mode_label(r))][
                 "ok" if r["type"] == "grant" else
@@ -51,6 +69,8 @@ def operations(records, checks):
             "broken_connections": disconnects,
             "unexpected_lines": unexpected,
             "writes_accepted": sw["accepted"],
+            "operations_on_own_grant": dict(sorted(ops.items())),
+            "same_token": dict(sorted(same_token.items())),
             "stale_writes_rejected": sw["rejected"]}
 
 
@@ -80,7 +100,7 @@ def fault_lines(faults, t0):
     for f in faults:
         extra = " ".join("%s=%s" % (k, f[k]) for k in
                          ("delay_ms", "loss", "offset", "uptime_s", "holding",
-                          "error")
+                          "how", "drops", "error")
                          if k in f)
         live = ", ".join(
             "%s %s" % (p["broker"], "ok %.2fs" % p["after_s"] if p["ok"]
@@ -113,6 +133,9 @@ def summary(res):
                    ops["broken_connections"]))
     out.append("  writes accepted %d, stale writes rejected %d" % (
         ops["writes_accepted"], ops["stale_writes_rejected"]))
+    out.append("  acting on one's own grant through another connection: "
+               "%s" % ops["operations_on_own_grant"])
+    out.append("  same token: %s" % ops["same_token"])
     out.append("  brokers' INFO (summed over restarts): %s" %
                res["broker_stats"])
     out.append("faults: %s" % dict(collections.Counter(
@@ -123,7 +146,8 @@ def summary(res):
         if name in checks:
             out += _checker_lines(name, checks[name])
     for name, what in (("overlaps", "overlaps"),
-                       ("modes", "SHARED/LIMIT overlaps")):
+                       ("modes", "SHARED/LIMIT overlaps"),
+                       ("belief", "beliefs past a newer grant")):
         ex = checks[name]["explained"]
         out.append("explained %s: %d" % (what, len(ex)))
         out += ["  " + l for l in ex[:SHOW_EXPLAINED]]
