@@ -410,6 +410,27 @@ cmd_holder_info_ok(const char *info)
 	return words == 5 && info[0] >= '0' && info[0] <= '9';
 }
 
+/*
+ * One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
+ * first space). A broker is stored as "<hostname>:<pid>:<random>" (two
+ * brokers may share a hostname and pid); WHO shows "<hostname>:<pid>".
+ */
+static void
+cmd_who_holder(
+    struct session *s, const char *info, const char *sp, uint64_t pttl)
+{
+	const char *mode = sp + 1, *broker = strchr(mode, ' ') + 1;
+	const char *rest = strchr(broker, ' ');
+	const char *c = memchr(broker, ':', (size_t)(rest - broker));
+	const char *end =
+	    c != NULL ? memchr(c + 1, ':', (size_t)(rest - c - 1)) : NULL;
+
+	if (end == NULL)
+		end = rest;
+	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s%s\n",
+	    (int)(sp - info), info, pttl, (int)(end - mode), mode, rest);
+}
+
 static void
 cmd_who_reply(struct session *s, const struct lock_result *res)
 {
@@ -426,8 +447,7 @@ cmd_who_reply(struct session *s, const struct lock_result *res)
 			    res->holders[i].pttl);
 			continue;
 		}
-		evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 "%s\n",
-		    (int)(sp - info), info, res->holders[i].pttl, sp);
+		cmd_who_holder(s, info, sp, res->holders[i].pttl);
 	}
 	evbuffer_add(s->out, "END\n", 4);
 }

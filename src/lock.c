@@ -141,6 +141,9 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
 
+	/* Answered: it no longer keeps its token busy (a grant nobody
+	 * wants any more is released below). */
+	lockreq_unask(req);
 	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
 	    !req->replicating) {
 		req->replicating = true;
@@ -216,8 +219,8 @@ lock_acquire(struct lock_owner *o, const char *name,
 		req->in_flight = true;
 		lockreq_asking(req);
 		lockreq_token_asks(req);
-		lockhold_assume(
-		    req->ln, req->token, req->start_ms, req->ttl_ms);
+		req->sub_epoch = lk.sub_epoch;
+		lockhold_assume(req);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
 		return 0;
@@ -359,19 +362,10 @@ lock_extend_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
 	struct lock_result res = { .status = LOCK_OK, .ttl_ms = req->ttl_ms };
-	struct lock_hold *h;
 
 	if (r->status == LDB_OK) {
 		STAT_INC(extends_total);
-		LIST_FOREACH(h, &req->ln->holds, name_entry)
-		{
-			if (strcmp(h->token, req->token) != 0)
-				continue;
-			h->ttl_ms = req->ttl_ms;
-			h->valid_until_ms = util_validity_end(req->start_ms,
-			    req->ttl_ms, lk.cf->locks.clock_drift);
-			lockhold_arm(h);
-		}
+		lockhold_lease(req, 0);
 		lockreq_answer(req, &res);
 	} else if (r->status == LDB_NO) {
 		lockhold_drop_token(
@@ -407,7 +401,7 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 	req = lockreq_new(OP_EXTEND, o, name, token);
 	req->ttl_ms = ttl_ms;
 	req->in_flight = true;
-	lockhold_assume(req->ln, req->token, req->start_ms, ttl_ms);
+	lockhold_assume(req);
 	lockdb_extend(name, req->token, 0, ttl_ms, lock_extend_cb, req);
 	return 0;
 }

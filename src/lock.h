@@ -81,7 +81,8 @@ struct lock_hold {
 	uint64_t ttl_ms;
 	uint64_t granted_ms;	 /* monotonic, for max_hold_ms */
 	uint64_t granted_us;	 /* for the hold-time histogram */
-	uint64_t valid_until_ms; /* monotonic, DESIGN.md §4 */
+	uint64_t valid_until_ms; /* monotonic, docs/protocol.md §3 */
+	uint64_t lease_seq;	 /* the last request sent to set its lease */
 	struct event *expire_ev; /* at valid_until_ms: EVENT LOST */
 	struct event *renew_ev;	 /* session locks: every lease/3 */
 	struct event *maxhold_ev;

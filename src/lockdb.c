@@ -237,7 +237,9 @@ static struct redisc_script lockdb_share_lua = { "share",
  * <broker>", which also wakes waiters: holds of it elsewhere are lost. A
  * FILL leader's RELEASE (done 2), or a client's RELEASE of a lock FILL
  * waiters wait on (done 1, :fill set; it is set only with :waiters),
- * marks the work done with its fence.
+ * marks the work done with its fence. A release the broker makes by
+ * itself (done 0: a disconnect, a lost hold) leaves a grant brokers share
+ * ("*") to its lease: a connection of another broker holds it too.
  * KEYS: lock, waiters, holders, who, fence, fill, done.
  * ARGV: token, channel, name, done (0/1/2), how long done is kept, fence
  * (0: any), broker.
@@ -250,6 +252,8 @@ static struct redisc_script lockdb_release_lua = { "release",
 	"  if ARGV[6] ~= '0' and c ~= ARGV[6] and tonumber(c) then\n"
 	"    return 0\n"
 	"  end\n"
+	"  local by = string.match(v, '^%S+ %S+ (%S+)')\n"
+	"  if ARGV[4] == '0' and by == '*' then return 0 end\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  local f = ARGV[4] == '2' or (ARGV[4] == '1' and\n"
 	"    redis.call('EXISTS', KEYS[6]) == 1)\n"
@@ -266,6 +270,10 @@ static struct redisc_script lockdb_release_lua = { "release",
 	"  local info = redis.call('HGET', KEYS[4], ARGV[1]) or ''\n"
 	"  local fs = string.match(info, '^%d+') or '0'\n"
 	"  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return 0 end\n"
+	"  if ARGV[4] == '0' and string.match(info, '^%S+ %S+ (%S+)') == '*'\n"
+	"  then\n"
+	"    return 0\n"
+	"  end\n"
 	"  redis.call('ZREM', KEYS[3], ARGV[1])\n"
 	"  redis.call('HDEL', KEYS[4], ARGV[1])\n"
 	"  local now = now_ms()\n"

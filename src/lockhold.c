@@ -85,45 +85,72 @@ lockhold_find(struct lock_owner *o, const char *name)
 	return NULL;
 }
 
+/* Whether req could set h's lease: an ACQUIRE in the other family (or
+ * another shared mode) is refused by Redis and changes nothing. */
+static bool
+lockhold_same_family(const struct lock_hold *h, const struct lock_req *req)
+{
+	bool excl = h->mode == LDB_EXCLUSIVE || h->mode == LDB_FILL;
+
+	if (req->op != OP_ACQUIRE)
+		return true; /* EXTEND and renewals act in either place */
+	if (req->mode == LDB_EXCLUSIVE || req->mode == LDB_FILL)
+		return excl;
+	return h->mode == req->mode && h->limit == req->limit;
+}
+
 /*
- * A request that sets token's lease on ln to ttl_ms is on its way: it may
- * be in force from the moment it is sent, and if no answer comes it may
- * be in force anyway, so the token's holds here trust the shorter of
- * their own end and that lease's until Redis says.
+ * req, which may set its token's lease on its name to req->ttl_ms, is
+ * being sent: it may be in force from that moment, and if no answer comes
+ * it may be in force anyway, so the token's holds here trust the shorter
+ * of their own end and that lease's until Redis says. Requests are
+ * numbered: Redis runs them in that order, so only the answer to the last
+ * one sent says what the lease is (see lockhold_lease).
  */
 void
-lockhold_assume(
-    struct lock_name *ln, const char *token, uint64_t start_ms, uint64_t ttl_ms)
+lockhold_assume(struct lock_req *req)
 {
-	uint64_t end =
-	    util_validity_end(start_ms, ttl_ms, lk.cf->locks.clock_drift);
+	uint64_t end = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	struct lock_hold *h;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
+	req->lease_seq = ++lk.lease_seq;
+	LIST_FOREACH(h, &req->ln->holds, name_entry)
 	{
-		if (strcmp(h->token, token) == 0 && end < h->valid_until_ms) {
+		if (strcmp(h->token, req->token) != 0 ||
+		    !lockhold_same_family(h, req))
+			continue;
+		h->lease_seq = req->lease_seq;
+		if (end < h->valid_until_ms) {
 			h->valid_until_ms = end;
 			lockhold_arm(h);
 		}
 	}
 }
 
-/* Redis set the lease of the grant (token, fence) to ttl_ms: every hold
- * of it here trusts the new end, longer or shorter. */
-static void
-lockhold_lease(struct lock_name *ln, const char *token, uint64_t fence,
-    uint64_t start_ms, uint64_t ttl_ms)
+/*
+ * Redis set the lease as req asked, for the grant with fence (0: whichever
+ * its token has): its holds here trust the new end, longer or shorter,
+ * when req is the last request sent that could set their lease; when a
+ * later one is still out (or got no answer), only a shorter end.
+ */
+void
+lockhold_lease(const struct lock_req *req, uint64_t fence)
 {
-	uint64_t end =
-	    util_validity_end(start_ms, ttl_ms, lk.cf->locks.clock_drift);
+	uint64_t end = util_validity_end(
+	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	struct lock_hold *h;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
+	LIST_FOREACH(h, &req->ln->holds, name_entry)
 	{
-		if (h->fence == fence && strcmp(h->token, token) == 0) {
-			h->valid_until_ms = end;
-			lockhold_arm(h);
-		}
+		if ((fence != 0 && h->fence != fence) ||
+		    strcmp(h->token, req->token) != 0)
+			continue;
+		if (req->lease_seq < h->lease_seq && end >= h->valid_until_ms)
+			continue;
+		h->valid_until_ms = end;
+		h->ttl_ms = req->ttl_ms;
+		lockhold_arm(h);
 	}
 }
 
@@ -219,7 +246,7 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 	req->ttl_ms = (uint64_t)lk.cf->locks.lease_ms;
 	h->renewing = req;
 	/* A reload may have shortened lease_ms. */
-	lockhold_assume(h->ln, h->token, req->start_ms, req->ttl_ms);
+	lockhold_assume(req);
 	lockdb_extend(h->ln->name, h->token, h->fence, req->ttl_ms,
 	    lockhold_renew_cb, req);
 }
@@ -236,8 +263,7 @@ lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
 			/* Re-granted as a fixed lease meanwhile: not ours. */
 		} else if (r->status == LDB_OK) {
 			STAT_INC(renewals_total);
-			lockhold_lease(h->ln, h->token, h->fence, req->start_ms,
-			    req->ttl_ms);
+			lockhold_lease(req, h->fence);
 		} else if (r->status == LDB_NO) {
 			lockhold_lost(h, LOST_STOLEN);
 		} else {
@@ -259,11 +285,8 @@ lockhold_event(struct lock_hold *h, event_callback_fn fn, bool persist)
 	return ev;
 }
 
-/*
- * h was granted (or granted again): other holds here under its token are
- * of the same grant and trust its new lease, or, with an older fence, of
- * a grant Redis no longer has.
- */
+/* h was granted (or granted again): other holds here under its token
+ * with an older fence are of a grant Redis no longer has. */
 static void
 lockhold_same_grant(struct lock_hold *h)
 {
@@ -271,12 +294,8 @@ lockhold_same_grant(struct lock_hold *h)
 
 	for (o = LIST_FIRST(&h->ln->holds); o != NULL; o = next) {
 		next = LIST_NEXT(o, name_entry);
-		if (o == h || strcmp(o->token, h->token) != 0)
-			continue;
-		if (o->fence == h->fence) {
-			o->valid_until_ms = h->valid_until_ms;
-			lockhold_arm(o);
-		} else if (o->fence < h->fence)
+		if (o != h && strcmp(o->token, h->token) == 0 &&
+		    o->fence < h->fence)
 			lockhold_lost(o, LOST_STOLEN);
 	}
 }
@@ -309,12 +328,11 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	h->kind = req->kind;
 	h->mode = req->mode;
 	h->limit = req->limit;
+	if (h->fence != fence)
+		h->lease_seq = req->lease_seq; /* a new grant: req's lease */
 	h->fence = fence;
-	h->ttl_ms = req->ttl_ms;
-	h->valid_until_ms = util_validity_end(
-	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	snprintf(h->token, sizeof h->token, "%s", req->token);
-	lockhold_arm(h);
+	lockhold_lease(req, fence);
 	lockhold_same_grant(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
 		h->renew_ev = lockhold_event(h, lockhold_renew_timer_cb, false);

@@ -32,10 +32,13 @@ struct lock_hold *lockhold_set(
     struct lock_owner *o, struct lock_req *req, uint64_t fence);
 /* o's hold of name, or NULL. */
 struct lock_hold *lockhold_find(struct lock_owner *o, const char *name);
-/* A request that may set token's lease on ln to ttl_ms is sent: its holds
- * here trust no more than that lease until Redis answers. */
-void lockhold_assume(struct lock_name *ln, const char *token, uint64_t start_ms,
-    uint64_t ttl_ms);
+/* req, which may set its token's lease on its name to req->ttl_ms, is
+ * sent: its holds here trust no more than that lease until Redis answers
+ * the last such request. */
+void lockhold_assume(struct lock_req *req);
+/* Redis set the lease as req asked, for the grant with fence (0: any of
+ * req's token). */
+void lockhold_lease(const struct lock_req *req, uint64_t fence);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);

@@ -115,6 +115,16 @@ lockq_kick(struct lock_name *ln)
 	lockq_attempt(ln);
 }
 
+/* Whether another broker released or shortened the grant with fence. */
+static bool
+lockq_heard(const struct lock_name *ln, uint64_t fence)
+{
+	for (unsigned i = 0; i < ln->nheard && i < 4; i++)
+		if (ln->heard[i] == fence)
+			return true;
+	return false;
+}
+
 void
 lockq_granted(struct lock_req *req, uint64_t fence)
 {
@@ -142,10 +152,17 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 	res.ttl_ms = req->ttl_ms;
 	res.token = req->token;
 	lockreq_answer(req, &res);
-	/* A REVOKE ran after this grant in Redis, and its news came first
-	 * (the subscriber is another connection): lost already. */
+	/* News of this grant came before its answer (the subscriber is
+	 * another connection): a REVOKE, or another broker's release or
+	 * shortening of it, ran after the grant in Redis: lost already. */
 	if (fence <= req->ln->revoked)
 		lockhold_revoked(req->ln, req->ln->revoked);
+	else if (lockq_heard(req->ln, fence))
+		lockhold_released(req->ln, fence);
+	/* The subscription was made again while it was in Redis: news of
+	 * it may have been missed, so Redis is asked. */
+	else if (req->sub_epoch != lk.sub_epoch)
+		lockhold_recheck(req->ln);
 }
 
 /* Whether a hold, or a request other than req, goes by token on ln. */
@@ -161,6 +178,9 @@ lockq_token_used(
 		return true;
 	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
 	if (r != req && strcmp(r->token, token) == 0)
+		return true;
+	LIST_FOREACH(r, &ln->asking, asking_entry)
+	if (r != req && r->op == OP_ACQUIRE && strcmp(r->token, token) == 0)
 		return true;
 	return false;
 }
@@ -212,9 +232,12 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	ln->refs++;
 	ln->attempting = false;
 	req->in_flight = false;
-	lockrel_release(ln->name, req->token, req->fence, false,
-	    util_validity_end(
-		req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
+	/* Not if a hold or request here has the same grant (a same-token
+	 * re-grant gets its fence back). */
+	if (!lockq_token_used(ln, req->token, req))
+		lockrel_release(ln->name, req->token, req->fence, false,
+		    util_validity_end(
+			req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
 	lockq_dequeue(req);
 	lockreq_answer_err(req, PERR_UNAVAILABLE,
 	    "the grant did not reach redis.wait_replicas replicas in time");
@@ -405,7 +428,8 @@ lockq_attempt(struct lock_name *ln)
 	req->start_ms = mono_ms();
 	req->tried_us = mono_us();
 	/* Another connection here may hold it under the same token. */
-	lockhold_assume(ln, req->token, req->start_ms, req->ttl_ms);
+	req->sub_epoch = lk.sub_epoch;
+	lockhold_assume(req);
 	lockreq_token_asks(req);
 	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
@@ -529,6 +553,7 @@ lockq_resubscribed(void)
 {
 	struct lock_name *ln;
 
+	lk.sub_epoch++;
 	for (size_t i = 0; i < lk.nbuckets; i++)
 		LIST_FOREACH(ln, &lk.buckets[i], entry)
 		{
@@ -578,8 +603,11 @@ lockq_message_cb(const char *msg, size_t len, void *arg)
 			ln->revoked = fence;
 		lockhold_revoked(ln, fence);
 	} else if (news != NEWS_NONE && other &&
-	    chaos_fault != CHAOS_NO_FOREIGN_NOTICE)
+	    chaos_fault != CHAOS_NO_FOREIGN_NOTICE) {
+		/* Its grant's answer may still be on its way here. */
+		ln->heard[ln->nheard++ % 4] = fence;
 		lockhold_released(ln, fence);
+	}
 	lockq_kick(ln);
 	lockreq_name_unref(ln);
 }
@@ -604,7 +632,8 @@ lockq_handover_claim(struct lock_name *ln)
 	next->in_flight = true;
 	next->tries++;
 	next->start_ms = mono_ms();
-	lockhold_assume(ln, next->token, next->start_ms, next->ttl_ms);
+	next->sub_epoch = lk.sub_epoch;
+	lockhold_assume(next);
 	lockreq_token_asks(next);
 	return next;
 }

@@ -103,9 +103,13 @@ lockreq_name_unref(struct lock_name *ln)
 	if (ln->retry_ev != NULL)
 		event_free(ln->retry_ev);
 	free(ln);
-	/* A burst of names is over: a table a quarter the size. */
-	if (lk.nbuckets > LOCKREQ_BUCKETS && lk.nnames < lk.nbuckets / 8)
-		lockreq_names_resize(lk.nbuckets / 4);
+	/* A burst of names is over: a table a quarter the size (not while
+	 * stopping: lockq_stop walks the table). */
+	if (lk.nbuckets > LOCKREQ_BUCKETS && lk.nnames < lk.nbuckets / 8 &&
+	    !lk.stopping)
+		lockreq_names_resize(lk.nbuckets / 4 > LOCKREQ_BUCKETS
+			? lk.nbuckets / 4
+			: LOCKREQ_BUCKETS);
 }
 
 struct lock_req *
@@ -139,8 +143,7 @@ lockreq_free(struct lock_req *req)
 		    req->start_ms + req->ttl_ms, LDB_DONE_NO);
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
-	if (req->asking)
-		LIST_REMOVE(req, asking_entry);
+	lockreq_unask(req);
 	lockreq_name_unref(req->ln);
 	lk.nreqs--;
 	free(req);
@@ -151,6 +154,14 @@ lockreq_asking(struct lock_req *req)
 {
 	req->asking = true;
 	LIST_INSERT_HEAD(&req->ln->asking, req, asking_entry);
+}
+
+void
+lockreq_unask(struct lock_req *req)
+{
+	if (req->asking)
+		LIST_REMOVE(req, asking_entry);
+	req->asking = false;
 }
 
 void
@@ -310,7 +321,7 @@ lockreq_trim_cb(evutil_socket_t fd, short what, void *arg)
 void
 lockreq_init(struct event_base *base, const struct config *cf)
 {
-	char host[64];
+	char host[64], nonce[UTIL_TOKEN_HEXLEN + 1];
 
 	memset(&lk, 0, sizeof lk);
 	lk.base = base;
@@ -327,7 +338,12 @@ lockreq_init(struct event_base *base, const struct config *cf)
 	for (char *p = host; *p != '\0'; p++)
 		if (*p <= ' ' || *p > '~')
 			*p = '_';
-	snprintf(lk.broker, sizeof lk.broker, "%s:%ld", host, (long)getpid());
+	/* Two brokers may share a hostname and pid (containers): the start's
+	 * own random part keeps each one's grants its own (docs/protocol.md
+	 * §3, What a holder can rely on). */
+	util_random_token(nonce);
+	snprintf(lk.broker, sizeof lk.broker, "%s:%ld:%.8s", host,
+	    (long)getpid(), nonce);
 }
 
 void

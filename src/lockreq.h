@@ -70,6 +70,8 @@ struct lock_req {
 	uint64_t created_us;   /* for the wait-time histogram; FILL's watch */
 	uint64_t tried_us;     /* the last try was sent (FILL's watch) */
 	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
+	uint64_t lease_seq;    /* numbered by lockhold_assume when sent */
+	uint64_t sub_epoch;    /* lk.sub_epoch when an ACQUIRE was sent */
 	struct event *deadline_ev;
 };
 
@@ -85,9 +87,11 @@ struct lock_name {
 	unsigned refs;
 	struct event *retry_ev; /* the head's next attempt; made when needed */
 	uint64_t backoff_ms;
-	bool attempting;  /* the head's attempt is in Redis */
-	bool kicked;	  /* a release was seen while it was */
-	uint64_t revoked; /* the last REVOKE's fence heard of (0: none) */
+	bool attempting;   /* the head's attempt is in Redis */
+	bool kicked;	   /* a release was seen while it was */
+	uint64_t revoked;  /* the last REVOKE's fence heard of (0: none) */
+	uint64_t heard[4]; /* fences another broker released or shortened */
+	unsigned nheard;
 	char name[];
 };
 LIST_HEAD(lock_bucket, lock_name);
@@ -99,12 +103,14 @@ struct lock_engine {
 	struct lock_bucket *buckets;
 	size_t nbuckets;
 	size_t nnames;
-	size_t nreqs; /* requests alive */
-	size_t peak;  /* nnames + nreqs at most since the last trim */
+	uint64_t lease_seq; /* requests that may set a lease, numbered */
+	uint64_t sub_epoch; /* the subscriptions made (messages missed) */
+	size_t nreqs;	    /* requests alive */
+	size_t peak;	    /* nnames + nreqs at most since the last trim */
 	struct event *trim_ev;
 	unsigned nwaiters;
 	bool stopping;	  /* SIGTERM: no more waiting */
-	char broker[128]; /* "<hostname>:<pid>", for WHO */
+	char broker[128]; /* "<hostname>:<pid>:<random>", for WHO */
 };
 extern struct lock_engine lk;
 
@@ -139,6 +145,8 @@ void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
 
 /* req (a same-token ACQUIRE or a RELEASE) is in Redis until freed. */
 void lockreq_asking(struct lock_req *req);
+/* req's answer came: out of ln->asking. */
+void lockreq_unask(struct lock_req *req);
 /* An ACQUIRE by req's token is being sent: a release of that token owed
  * or in Redis must not be done after it (it would delete this grant). */
 void lockreq_token_asks(const struct lock_req *req);

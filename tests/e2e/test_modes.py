@@ -711,7 +711,8 @@ class Review(ModesBase):
         self.assertEqual(fence_of(c.cmd("ACQUIRE old")), 8)
         value = self.redis("GET", "lockbroker:{old}").split()
         self.assertEqual(value[1], "EXCLUSIVE")
-        self.assertTrue(value[2].endswith(":%d" % self.broker.proc.pid))
+        # Stored as <hostname>:<pid>:<random> (WHO shows <hostname>:<pid>).
+        self.assertRegex(value[2], r":%d:[0-9a-f]{8}$" % self.broker.proc.pid)
 
 
     def test_second_writer_still_keeps_readers_out(self):
