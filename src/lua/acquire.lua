@@ -1,0 +1,97 @@
+-- acquire: an exclusive ACQUIRE, or a FILL's.
+--
+-- SET NX PX and the fence INCR in one script, so a grant and its fence can
+-- never be split, and two grants can never share a fence. The holder's
+-- fence is the counter's value: nothing increments it while the key
+-- exists. A counter that is not an integer fails the INCR: the SET is
+-- undone, so no grant is left that nobody was told of. The key's value is
+-- the token and the holder's WHO entry (info); shared holders keep the key
+-- at "=shared", so the SET NX of a free name is all an uncontended grant
+-- costs. The same token asking again gets its own fence back (a retried
+-- request grants once), its lease set to the new ttl and its entry
+-- renewed; asked through another broker than the one that stored it, the
+-- entry's broker becomes "*" (releases and shortenings of the grant are
+-- announced from then on) and a shorter lease is announced now
+-- ("<name> shortened <fence> <broker>"). A writer shared holders keep out
+-- marks itself (writer: no new reader comes in meanwhile, and the reply's
+-- fourth element says so), and marks it again while an exclusive holder
+-- keeps it out after that; its grant clears the mark (clear). A token that
+-- is one of the shared holders is in the other family. A refused waiter
+-- marks the name as waited for (for mark ms), so that its release is
+-- announced; a FILL waiter also asks for its end to be marked done, and a
+-- FILL whose watched leader is done (done >= watch) is DONE.
+--
+-- KEYS: lock fence waiters holders who writer done fill
+--   (an exclusive ACQUIRE passes the first six: it never reaches done, fill)
+-- ARGV: token, ttl (ms), mark (ms; 0: a try-once), info ("<mode> <broker>
+--   <client> <since_ms>"), fill (0/1), watch (a leader's fence, or 0),
+--   clear (0/1), channel, name
+-- Returns {1, fence}; {0, ms to look again, holder's fence, marked};
+--   {2, done}; {3, n} when the token is a shared holder (n as share.lua's);
+--   or the INCR's error.
+
+if ARGV[6] ~= '0' then
+  local d = tonumber(redis.call('GET', KEYS[7]) or '0')
+  if d >= tonumber(ARGV[6]) then return {2, d} end
+end
+local val = ARGV[1] .. ' ' .. ARGV[4]
+if redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
+  local f = redis.pcall('INCR', KEYS[2])
+  if type(f) ~= 'number' then
+    redis.call('DEL', KEYS[1])
+    return f
+  end
+  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end
+  return {1, f}
+end
+-- include now.lua
+-- include holds.lua
+-- include holders.lua
+-- include foreign.lua
+local function refuse(t, f, w)
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+    if ARGV[5] == '1' then
+      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])
+    end
+    if w == 1 then
+      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
+    end
+  end
+  return {0, t, f, ARGV[3] ~= '0' and w or 0}
+end
+if v == '=shared' then
+  local now = now_ms()
+  if prune(KEYS[1], KEYS[4], KEYS[5], now) > 0 then
+    if redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+      local m = redis.call('HGET', KEYS[5], '=mode') or ''
+      return {3, tonumber(string.match(m, '^LIMIT=(%d+)$') or '0')}
+    end
+    local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    return refuse(tonumber(top[2]) - now, 0, 1)
+  end
+  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
+  local f = redis.pcall('INCR', KEYS[2])
+  if type(f) ~= 'number' then
+    redis.call('DEL', KEYS[1])
+    return f
+  end
+  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end
+  return {1, f}
+end
+local fs = redis.call('GET', KEYS[2]) or '0'
+if holds then
+  local b = string.match(ARGV[4], '^%S+ (%S+)')
+  if foreign(v, b) then
+    if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[2]) then
+      redis.call('PUBLISH', ARGV[8],
+        ARGV[9] .. ' shortened ' .. fs .. ' ' .. b)
+    end
+    val = ARGV[1] .. ' ' ..
+      string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')
+  end
+  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
+  return {1, tonumber(fs)}
+end
+return refuse(redis.call('PTTL', KEYS[1]), tonumber(fs),
+  ARGV[7] == '1' and 1 or 0)

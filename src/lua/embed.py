@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Embed the Lua scripts of src/lua/ in a C header, at build time.
+
+    embed.py OUT.h SCRIPT.lua...
+
+Each script declares its keys once, in its opening comment, on one line:
+"-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; any other word w
+is <prefix>{<name>}:w). A line "-- include <file>" is replaced by
+lib/<file> with its comment lines dropped and its code joined onto that one
+line, so every line of a script is the line of its .lua file: Redis's
+"user_script:N" in an error is line N of the file. For each script x.lua
+the header defines LUA_X_FILE, LUA_X_BODY, LUA_X_NKEYS and LUA_X_KEYS (an
+initializer of the key suffixes, in order). tests/e2e/test_scripts.py
+imports expand() and keys() to run the same text."""
+
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r"^\s*--\s*include\s+(\S+)\s*$")
+KEYS = re.compile(r"^--\s*KEYS:\s*(.*)$")
+
+
+def squash(path):
+    """A library file as one line of code: no comments, no line breaks."""
+    code = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("--"):
+                continue
+            if "--" in line:
+                sys.exit("%s: a comment after code cannot be joined" % path)
+            code.append(line)
+    return " ".join(code)
+
+
+def expand(path):
+    """The script's text as Redis runs it."""
+    lib = os.path.join(os.path.dirname(path), "lib")
+    out = []
+    with open(path) as f:
+        for line in f:
+            m = INCLUDE.match(line)
+            out.append(squash(os.path.join(lib, m.group(1))) + "\n"
+                       if m else line)
+    return "".join(out)
+
+
+def keys(path):
+    """The key suffixes the script's KEYS line declares, in order."""
+    with open(path) as f:
+        for line in f:
+            m = KEYS.match(line.strip())
+            if m:
+                return ["" if w == "lock" else ":" + w
+                        for w in m.group(1).split()]
+    sys.exit("%s: no '-- KEYS:' line" % path)
+
+
+def c_string(text):
+    lines = text.splitlines(True)
+    esc = lambda s: s.replace("\\", "\\\\").replace('"', '\\"').replace(
+        "\n", "\\n").replace("\t", "\\t")
+    return " \\\n".join('\t"%s"' % esc(l) for l in lines)
+
+
+def main():
+    out, scripts = sys.argv[1], sys.argv[2:]
+    text = ["/* Made by src/lua/embed.py from src/lua/<script>.lua: do not edit. */",
+            "#ifndef LB_LUA_SCRIPTS_H", "#define LB_LUA_SCRIPTS_H", ""]
+    for path in sorted(scripts):
+        base = os.path.basename(path)
+        name = re.sub(r"\W", "_", base[:-4]).upper()
+        ks = keys(path)
+        text += ['#define LUA_%s_FILE "%s"' % (name, base),
+                 "#define LUA_%s_NKEYS %d" % (name, len(ks)),
+                 "#define LUA_%s_KEYS { %s }" % (
+                     name, ", ".join('"%s"' % k for k in ks)),
+                 "#define LUA_%s_BODY \\" % name,
+                 c_string(expand(path)), ""]
+    text.append("#endif")
+    with open(out, "w") as f:
+        f.write("\n".join(text) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+-- extend: compare-and-PEXPIRE, in either place.
+--
+-- With a fence (not 0), only the grant with that fence. A lease shortened
+-- in a grant another broker stored is announced ("<name> shortened
+-- <fence> <broker>"): its holds elsewhere can no longer trust their end.
+--
+-- KEYS: lock holders who fence
+-- ARGV: token, ttl, fence (0: any), broker, channel, name
+-- Returns 1 or 0.
+
+-- include holds.lua
+-- include foreign.lua
+local function shortened(left, fs, e)
+  if left > tonumber(ARGV[2]) and foreign(e, ARGV[4]) then
+    redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' shortened ' .. fs ..
+      ' ' .. ARGV[4])
+  end
+end
+if holds then
+  local c = redis.call('GET', KEYS[4]) or '0'
+  if ARGV[3] ~= '0' and c ~= ARGV[3] then return 0 end
+  shortened(redis.call('PTTL', KEYS[1]), c, v)
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v and v ~= '=shared' then return 0 end
+-- include now.lua
+-- include holders.lua
+local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not s then return 0 end
+local info = redis.call('HGET', KEYS[3], ARGV[1]) or ''
+local fs = string.match(info, '^%d+') or '0'
+if ARGV[3] ~= '0' and fs ~= ARGV[3] then return 0 end
+local now = now_ms()
+if tonumber(s) <= now then return 0 end
+shortened(tonumber(s) - now, fs, info)
+redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])
+stretch(KEYS[1], KEYS[2], KEYS[3], now)
+return 1

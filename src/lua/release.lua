@@ -1,0 +1,66 @@
+-- release: compare-and-delete, in either place a token can hold.
+--
+-- With a fence (not 0) only the grant with that fence is released (a
+-- counter that is not an integer proves nothing: the token decides), so a
+-- release sent again later never deletes a newer grant to the same token.
+-- A release the broker makes by itself (done 0: a disconnect, a lost hold)
+-- leaves a grant brokers share ("*") to its lease: a connection of another
+-- broker holds it too. A grant whose entry another broker stored (or
+-- several share) is announced as "<name> released <fence> <broker>", which
+-- also wakes waiters: holds of it elsewhere are lost; else the name is
+-- published if anyone waits (:waiters). A FILL leader's RELEASE (done 2),
+-- or a client's RELEASE of a lock FILL waiters wait on (done 1, :fill set;
+-- it is set only with :waiters), marks the work done with its fence.
+--
+-- KEYS: lock waiters holders who fence fill done
+-- ARGV: token, channel, name, done (0/1/2), how long done is kept (ms),
+--   fence (0: any), broker
+-- Returns 1 if released, 0 if not ours.
+
+-- include holds.lua
+-- include foreign.lua
+if holds then
+  local c = redis.call('GET', KEYS[5]) or '0'
+  if ARGV[6] ~= '0' and c ~= ARGV[6] and tonumber(c) then
+    return 0
+  end
+  local by = string.match(v, '^%S+ %S+ (%S+)')
+  if ARGV[4] == '0' and by == '*' then return 0 end
+  redis.call('DEL', KEYS[1])
+  local f = ARGV[4] == '2' or (ARGV[4] == '1' and
+    redis.call('EXISTS', KEYS[6]) == 1)
+  if f then redis.call('SET', KEYS[7], c, 'PX', ARGV[5]) end
+  if foreign(v, ARGV[7]) then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. c ..
+      ' ' .. ARGV[7])
+    return 1
+  end
+  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
+else
+-- include now.lua
+-- include holders.lua
+  local s = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if not s then return 0 end
+  local info = redis.call('HGET', KEYS[4], ARGV[1]) or ''
+  local fs = string.match(info, '^%d+') or '0'
+  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return 0 end
+  if ARGV[4] == '0' and string.match(info, '^%S+ %S+ (%S+)') == '*'
+  then
+    return 0
+  end
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  local now = now_ms()
+  if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then
+    redis.call('DEL', KEYS[4])
+  end
+  if tonumber(s) <= now then return 0 end
+  if foreign(info, ARGV[7]) then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs ..
+      ' ' .. ARGV[7])
+    return 1
+  end
+  if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
+end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1

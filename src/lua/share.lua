@@ -1,0 +1,66 @@
+-- share: an ACQUIRE ... SHARED or ... LIMIT n.
+--
+-- Not granted while an exclusive holder or a waiting writer is there, nor
+-- past n holders, nor in another mode ({3, n}: n = 0 for SHARED, -1 when
+-- this token holds it exclusively). Each holder has its own lease in the
+-- set, its own fence from the same counter, and its WHO entry in the hash.
+-- A same-token re-grant through another broker is treated as acquire.lua's.
+--
+-- KEYS: lock fence waiters holders who writer
+-- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
+--   channel, name
+-- Returns {1, fence}, {0, ms to look again, 0, 0} or {3, n}.
+
+-- include now.lua
+-- include holds.lua
+-- include holders.lua
+-- include foreign.lua
+local function refuse(t)
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  end
+  return {0, t, 0, 0}
+end
+if v and v ~= '=shared' then
+  if holds then return {3, -1} end
+  return refuse(redis.call('PTTL', KEYS[1]))
+end
+local now = now_ms()
+local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
+if n > 0 then
+  local m = redis.call('HGET', KEYS[5], '=mode')
+  if m ~= ARGV[5] then
+    local l = string.match(m or '', '^LIMIT=(%d+)$')
+    return {3, tonumber(l or '0')}
+  end
+  local s = redis.call('ZSCORE', KEYS[4], ARGV[1])
+  if s then
+    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+    local fs = string.match(info, '^%d+') or '0'
+    local e, b = ARGV[4], string.match(ARGV[4], '^%S+ (%S+)')
+    if foreign(info, b) then
+      if tonumber(s) - now > tonumber(ARGV[2]) then
+        redis.call('PUBLISH', ARGV[7],
+          ARGV[8] .. ' shortened ' .. fs .. ' ' .. b)
+      end
+      e = string.gsub(e, '^(%S+) %S+', '%1 *')
+    end
+    local at = ms(now + tonumber(ARGV[2]))
+    redis.call('ZADD', KEYS[4], at, ARGV[1])
+    stretch(KEYS[1], KEYS[4], KEYS[5], now)
+    redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)
+    return {1, tonumber(fs)}
+  end
+end
+local t = redis.call('PTTL', KEYS[6])
+if t > 0 then return refuse(t) end
+if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then
+  local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  return refuse(tonumber(low[2]) - now)
+end
+local f = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
+  '=mode', ARGV[5])
+stretch(KEYS[1], KEYS[4], KEYS[5], now)
+return {1, f}

@@ -1,0 +1,182 @@
+"""The Lua scripts of src/lua/, run on their own against a real
+redis-server on fixture keys, with the same text the broker embeds
+(src/lua/embed.py's expand) and the keys each script declares: a script can
+be checked without the daemon. The last test checks that an error in a
+script names its .lua file and line, in Redis's reply and the broker's
+log."""
+
+import os
+import sys
+
+from lbtest import BrokerTest, Resp, main, wait_for
+
+LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                   "..", "..", "src", "lua")
+sys.path.insert(0, LUA)
+import embed  # noqa: E402
+
+CH = "lockbroker:released"
+ME, OTHER = "host:1:aaaaaaaa", "host:2:bbbbbbbb"
+
+
+def info(mode="EXCLUSIVE", broker=ME):
+    return "%s %s 7@127.0.0.1:5000 1795333721000" % (mode, broker)
+
+
+class Scripts(BrokerTest):
+    """One Redis per test (the broker BrokerTest starts is not used)."""
+
+    def setUp(self):
+        super().setUp()
+        self.r = Resp(self.redis.port)
+        self.addCleanup(self.r.close)
+
+    def run_script(self, script, name, *args, nkeys=None):
+        path = os.path.join(LUA, script + ".lua")
+        keys = ["lockbroker:{%s}%s" % (name, k) for k in embed.keys(path)]
+        keys = keys[:nkeys] if nkeys is not None else keys
+        return self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
+
+    def acquire(self, name, token, ttl=10000, mark=0, inf=None, fill=0,
+                watch=0, clear=0):
+        return self.run_script(
+            "acquire", name, token, ttl, mark, inf or info(), fill, watch,
+            clear, CH, name, nkeys=None if fill else 6)
+
+    def release(self, name, token, fence=0, done=1, broker=ME):
+        return self.run_script("release", name, token, CH, name, done, 1000,
+                               fence, broker)
+
+    def subscribe(self):
+        sub = Resp(self.redis.port)
+        self.addCleanup(sub.close)
+        self.assertEqual(sub("SUBSCRIBE", CH), ["subscribe", CH, 1])
+        return sub
+
+    def test_declared_keys(self):
+        """Every script declares its keys; the lock key comes first."""
+        for f in sorted(os.listdir(LUA)):
+            if f.endswith(".lua"):
+                ks = embed.keys(os.path.join(LUA, f))
+                self.assertEqual(ks[0], "", f)
+                self.assertEqual(len(ks), len(set(ks)), f)
+
+    def test_acquire_grant_regrant_refuse(self):
+        self.assertEqual(self.acquire("a", "t1"), [1, 1])
+        self.assertEqual(self.r("GET", "lockbroker:{a}"), "t1 " + info())
+        self.assertEqual(self.acquire("a", "t1", ttl=5000), [1, 1])
+        self.assertLessEqual(self.r("PTTL", "lockbroker:{a}"), 5000)
+        r = self.acquire("a", "t2", mark=700)
+        self.assertEqual(r[0], 0)
+        self.assertEqual(r[2:], [1, 0])
+        self.assertEqual(self.r("EXISTS", "lockbroker:{a}:waiters"), 1)
+        once = self.acquire("a", "t2")  # a try-once marks nothing
+        self.assertEqual((once[0], once[2], once[3]), (0, 1, 0))
+
+    def test_acquire_corrupt_counter_leaves_nothing(self):
+        self.r("SET", "lockbroker:{c}:fence", "abc")
+        self.assertIsInstance(self.acquire("c", "t"), RuntimeError)
+        self.assertIsNone(self.r("GET", "lockbroker:{c}"))
+
+    def test_regrant_through_another_broker(self):
+        """A shorter same-token lease through another broker is announced,
+        and the entry's broker becomes '*'."""
+        sub = self.subscribe()
+        self.assertEqual(self.acquire("s", "t", ttl=60000), [1, 1])
+        self.assertEqual(self.acquire("s", "t", ttl=500,
+                                      inf=info(broker=OTHER)), [1, 1])
+        self.assertEqual(sub._read(),
+                         ["message", CH, "s shortened 1 " + OTHER])
+        self.assertEqual(self.r("GET", "lockbroker:{s}").split()[2], "*")
+
+    def test_fill_done(self):
+        self.assertEqual(self.acquire("f", "lead", fill=1), [1, 1])
+        self.assertEqual(self.acquire("f", "w", fill=1, mark=700)[0], 0)
+        self.assertEqual(self.release("f", "lead", 1, done=2), 1)
+        self.assertEqual(self.acquire("f", "w", fill=1, watch=1), [2, 1])
+
+    def test_release_compares_token_and_fence(self):
+        self.acquire("r", "t")
+        self.assertEqual(self.release("r", "other"), 0)
+        self.assertEqual(self.release("r", "t", fence=9), 0)
+        self.assertEqual(self.r("EXISTS", "lockbroker:{r}"), 1)
+        self.assertEqual(self.release("r", "t", fence=1), 1)
+        self.assertEqual(self.r("EXISTS", "lockbroker:{r}"), 0)
+
+    def test_release_through_another_broker_is_announced(self):
+        sub = self.subscribe()
+        self.acquire("x", "t")
+        self.assertEqual(self.release("x", "t", broker=OTHER), 1)
+        self.assertEqual(sub._read(),
+                         ["message", CH, "x released 1 " + OTHER])
+
+    def test_own_release_leaves_a_grant_brokers_share(self):
+        self.acquire("y", "t", ttl=60000)
+        self.acquire("y", "t", ttl=60000, inf=info(broker=OTHER))
+        self.assertEqual(self.release("y", "t", 1, done=0), 0)
+        self.assertEqual(self.r("EXISTS", "lockbroker:{y}"), 1)
+        self.assertEqual(self.release("y", "t", 1, done=1), 1)
+
+    def test_share_limit_and_writer(self):
+        def share(tok, mode="LIMIT=2", n=2):
+            return self.run_script("share", "m", tok, 10000, 700,
+                                   info(mode), mode, n, CH, "m")
+        self.assertEqual(share("a"), [1, 1])
+        self.assertEqual(share("b"), [1, 2])
+        self.assertEqual(share("c")[0], 0)
+        self.assertEqual(share("c", "SHARED", 0), [3, 2])
+        self.assertEqual(self.r("GET", "lockbroker:{m}"), "=shared")
+        w = self.acquire("m", "w", mark=700)
+        self.assertEqual((w[0], w[3]), (0, 1))
+        self.assertEqual(self.r("EXISTS", "lockbroker:{m}:writer"), 1)
+        self.assertEqual(self.release("m", "a", fence=2), 0)
+        self.assertEqual(self.release("m", "a", fence=1), 1)
+
+    def test_handover(self):
+        self.acquire("h", "t")
+        args = ("next", 5000, info(), 0, 1, ME, CH, "h")
+        self.assertEqual(self.run_script("handover", "h", "t", *args), [1, 2])
+        self.assertTrue(self.r("GET", "lockbroker:{h}").startswith("next "))
+        self.assertEqual(self.run_script("handover", "h", "t", *args), [0])
+        self.r("SET", "lockbroker:{h}:fence", "abc")
+        args = ("n2", 5000, info(), 0, 2, ME, CH, "h")
+        self.assertEqual(self.run_script("handover", "h", "next", *args), [2])
+        self.assertEqual(self.r("EXISTS", "lockbroker:{h}"), 0)
+
+    def test_extend_status_who_check_revoke(self):
+        self.acquire("e", "t", ttl=60000)
+        ext = lambda fence, ttl: self.run_script(
+            "extend", "e", "t", ttl, fence, ME, CH, "e")
+        self.assertEqual(ext(2, 1000), 0)
+        self.assertEqual(ext(1, 30000), 1)
+        st = self.run_script("status", "e", 1, "t")
+        self.assertEqual(st[0], 1)
+        self.assertEqual(st[2:], [1, 1, -1, 1])
+        self.assertEqual(self.run_script("status", "e", 1, "u")[5], 0)
+        who = self.run_script("who", "e")
+        self.assertEqual(who[1], "1 " + info())
+        self.assertEqual(self.run_script("check", "e", "t", 1), [1])
+        self.assertEqual(self.run_script("check", "e", "t", 2), [0, 0])
+        self.assertEqual(self.run_script("revoke", "e", CH, "e", 5000), 1)
+        self.assertEqual(self.run_script("check", "e", "t", 1), [0, 1])
+
+    def test_errors_name_the_lua_file_and_line(self):
+        """Lines of a script are lines of its file (an include is joined
+        onto its one line), and the broker's log names the file."""
+        path = os.path.join(LUA, "share.lua")
+        with open(path) as f:
+            line = 1 + [l.strip() for l in f].index("-- include holders.lua")
+        self.r("SET", "lockbroker:{w}", "=shared")
+        self.r("SET", "lockbroker:{w}:holders", "not a set")
+        err = self.run_script("share", "w", "t", 1000, 0, info("SHARED"),
+                              "SHARED", 0, CH, "w")
+        self.assertIsInstance(err, RuntimeError)
+        self.assertIn("user_script:%d" % line, str(err))
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE w SHARED WAIT 0"), r"^ERR INTERNAL ")
+        wait_for(lambda: "src/lua/share.lua:%d" % line in
+                 self.broker.logtext())
+
+
+if __name__ == "__main__":
+    main()
