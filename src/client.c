@@ -341,6 +341,11 @@ client_resume(struct session *s)
 	struct client *c = s->ctx;
 
 	c->busy = false;
+	if (s->quit) { /* a wrong AUTH, answered after its back-off */
+		c->quit = true;
+		client_close(c);
+		return;
+	}
 	c->active_ms = mono_ms(); /* a wait that just ended was not idling */
 	event_active(c->process_ev, EV_TIMEOUT, 1);
 }
@@ -410,6 +415,27 @@ client_refuse(evutil_socket_t fd)
 	evutil_closesocket(fd);
 }
 
+/*
+ * A silent client whose host has gone would keep its session locks for the
+ * system's 2 hours: probe after limits.tcp_keepalive_s, 3 probes a third
+ * of it apart, and give up on unacknowledged data as soon.
+ */
+static void
+client_keepalive(evutil_socket_t fd)
+{
+	int s = cl.cf->limits.tcp_keepalive_s, one = 1, cnt = 3;
+	int intvl = s / 3 > 0 ? s / 3 : 1;
+	unsigned int user = (unsigned int)(s + cnt * intvl) * 1000;
+
+	if (s == 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &s, sizeof s);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
+
 void
 client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 {
@@ -420,8 +446,10 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 		client_refuse(fd);
 		return;
 	}
-	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+	if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		client_keepalive(fd);
+	}
 	evutil_make_socket_nonblocking(fd);
 	c = xcalloc(1, sizeof *c);
 	c->fd = fd;

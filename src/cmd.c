@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "lb_build.h"
+#include "authwait.h"
 #include "cmd.h"
 #include "config.h"
 #include "log.h"
@@ -61,6 +63,9 @@ static const struct cmd_entry cmd_table[] = {
 
 static struct {
 	const struct config *cf;
+	struct event_base *base;
+	uint64_t auth_logged_ms; /* the last "AUTH failed" line */
+	unsigned auth_unlogged;	 /* failures since, not logged */
 	char *secret; /* "" when AUTH is not required; wiped at shutdown */
 	char *admin;  /* "" when nobody may REVOKE; wiped at shutdown */
 	uint64_t started_ms; /* monotonic: a clock jump is not uptime */
@@ -410,6 +415,69 @@ cmd_holder_info_ok(const char *info)
 	return words == 5 && info[0] >= '0' && info[0] <= '9';
 }
 
+/* The connection's address, for the AUTH back-off. */
+static const char *
+cmd_peer(const struct session *s)
+{
+	return s->owner.peer != NULL ? s->owner.peer : "-";
+}
+
+/* At most one "AUTH failed" line a second: a guesser must not flood the
+ * log. */
+static void
+cmd_auth_log(const struct session *s)
+{
+	uint64_t now = mono_ms();
+
+	if (now - cmds.auth_logged_ms < 1000 && cmds.auth_logged_ms != 0) {
+		cmds.auth_unlogged++;
+		return;
+	}
+	if (cmds.auth_unlogged > 0)
+		log_info("client %" PRIu64 " [%s]: AUTH failed (and %u more "
+			 "since the last such line)",
+		    s->id, cmd_peer(s), cmds.auth_unlogged);
+	else
+		log_info(
+		    "client %" PRIu64 " [%s]: AUTH failed", s->id, cmd_peer(s));
+	cmds.auth_logged_ms = now;
+	cmds.auth_unlogged = 0;
+}
+
+/* Right secret: OK; wrong: ERR AUTH, and the connection closes. The
+ * admin secret authenticates too, and allows REVOKE. */
+static enum cmd_result
+cmd_auth_judge(struct session *s, const char *secret)
+{
+	bool admin =
+	    cmds.admin[0] != '\0' && util_secret_equal(secret, cmds.admin);
+	bool user =
+	    cmds.secret[0] != '\0' && util_secret_equal(secret, cmds.secret);
+
+	authwait_result(cmd_peer(s), admin || user, mono_ms());
+	if (admin || user) {
+		s->authed = true;
+		s->admin = s->admin || admin;
+		evbuffer_add(s->out, "OK\n", 3);
+		return CMD_DONE;
+	}
+	cmd_auth_log(s);
+	cmd_error(s, PERR_AUTH, "wrong secret");
+	return CMD_CLOSE;
+}
+
+/* The slot of an AUTH held back came. */
+static void
+cmd_auth_later_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+
+	s->quit = cmd_auth_judge(s, s->auth_secret) == CMD_CLOSE;
+	freezero_str(s->auth_secret);
+	s->auth_secret = NULL;
+	s->resume(s);
+}
+
 /*
  * One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
  * first space). A broker is stored as "<hostname>:<pid>:<random>" (two
@@ -536,28 +604,34 @@ cmd_quit(struct session *s, int argc, char **argv)
 }
 
 /*
- * A wrong secret closes the connection: no guessing on one socket. The
- * admin secret authenticates too, and allows REVOKE. Without either
+ * A wrong secret closes the connection: no guessing on one socket; and a
+ * peer that sent wrong ones lately has its next AUTH judged only in its
+ * slot (authwait), however many connections it opens. Without either
  * secret, AUTH is a no-op that says OK.
  */
 static enum cmd_result
 cmd_auth(struct session *s, int argc, char **argv)
 {
-	bool admin =
-	    cmds.admin[0] != '\0' && util_secret_equal(argv[1], cmds.admin);
-	bool user =
-	    cmds.secret[0] != '\0' && util_secret_equal(argv[1], cmds.secret);
+	uint64_t now = mono_ms(), slot;
+	struct timeval tv;
 
-	if (admin || user ||
-	    (cmds.secret[0] == '\0' && cmds.admin[0] == '\0')) {
+	if (cmds.secret[0] == '\0' && cmds.admin[0] == '\0') {
 		s->authed = true;
-		s->admin = s->admin || admin;
 		evbuffer_add(s->out, "OK\n", 3);
 		return CMD_DONE;
 	}
-	log_info("client %" PRIu64 ": AUTH failed", s->id);
-	cmd_error(s, PERR_AUTH, "wrong secret");
-	return CMD_CLOSE;
+	slot = authwait_slot(cmd_peer(s), now);
+	if (slot <= now || cmds.base == NULL)
+		return cmd_auth_judge(s, argv[1]);
+	/* Its peer sent wrong secrets lately: judged in its slot. */
+	s->auth_secret = xstrdup(argv[1]);
+	if (s->auth_ev == NULL &&
+	    (s->auth_ev = evtimer_new(cmds.base, cmd_auth_later_cb, s)) == NULL)
+		fatalx("cmd: evtimer_new failed");
+	tv.tv_sec = (time_t)((slot - now) / 1000);
+	tv.tv_usec = (suseconds_t)((slot - now) % 1000) * 1000;
+	evtimer_add(s->auth_ev, &tv);
+	return CMD_ASYNC;
 }
 
 static void
@@ -605,6 +679,11 @@ void
 cmd_session_end(struct session *s, bool vanished)
 {
 	lock_owner_gone(&s->owner, vanished);
+	if (s->auth_ev != NULL)
+		event_free(s->auth_ev);
+	s->auth_ev = NULL;
+	freezero_str(s->auth_secret);
+	s->auth_secret = NULL;
 }
 
 /* A secret in force: its file wins over its inline value. */
@@ -646,9 +725,10 @@ cmd_secrets(const struct config *cf, char **secret, char **admin)
 }
 
 void
-cmd_init(const struct config *cf)
+cmd_init(const struct config *cf, struct event_base *base)
 {
 	cmds.cf = cf;
+	cmds.base = base;
 	cmds.started_ms = mono_ms();
 	if (!cmd_secrets(cf, &cmds.secret, &cmds.admin))
 		fatalx("cannot read the AUTH secrets");

@@ -13,6 +13,8 @@
 #include "lock.h"
 
 struct evbuffer;
+struct event;
+struct event_base;
 struct config;
 struct session;
 
@@ -35,6 +37,9 @@ struct session {
 	session_resume_fn *resume; /* the request in flight was answered */
 	void *ctx;		   /* the client module's */
 	void (*reply)(struct session *, const struct lock_result *);
+	bool quit;	     /* an answer that came later closes (AUTH) */
+	char *auth_secret;   /* an AUTH waiting for its peer's slot */
+	struct event *auth_ev;
 };
 
 #define CMD_NOAUTH 0x1 /* may run before AUTH */
@@ -48,7 +53,8 @@ struct cmd_entry {
 	const char *usage;
 };
 
-void cmd_init(const struct config *cf);
+/* base NULL: no timers (lockbrokerd -t); AUTH is then never delayed. */
+void cmd_init(const struct config *cf, struct event_base *base);
 void cmd_reload(void);
 void cmd_shutdown(void);
 const struct cmd_entry *cmd_lookup(const char *verb);

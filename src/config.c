@@ -226,6 +226,7 @@ static const struct config_key config_keys[] = {
 	K_INT("limits.idle_timeout_s", limits.idle_timeout_s, 0, 0, 86400 * 365,
 	    R),
 	K_INT("limits.auth_timeout_s", limits.auth_timeout_s, 10, 1, 3600, R),
+	K_INT("limits.tcp_keepalive_s", limits.tcp_keepalive_s, 60, 0, 7200, R),
 
 	K_STR("auth.secret", auth.secret, "", NULL, R | S),
 	K_STR("auth.secret_file", auth.secret_file, "", NULL, R),

@@ -59,6 +59,7 @@ struct config_limits {
 	int max_pending;	  /* 32, 1..100000 */
 	int max_waiters;	  /* 100000, 1..10000000 */
 	int idle_timeout_s;	  /* 0 (none), 0..(86400*365) */
+	int tcp_keepalive_s;	  /* 0 (the system's), 0..7200 */
 	int auth_timeout_s;	  /* 10, 1..3600 */
 };
 

@@ -234,7 +234,7 @@ main(int argc, char **argv)
 	main_load_config(path, explicit_path);
 	if (test_only) {
 		/* The secret files are read (and compared) as a start would. */
-		cmd_init(&m.cf);
+		cmd_init(&m.cf, NULL);
 		cmd_shutdown();
 		printf("%s: configuration OK\n",
 		    m.cf.path != NULL ? m.cf.path : "(defaults)");
@@ -252,7 +252,7 @@ main(int argc, char **argv)
 	main_signals();
 	redisc_init(m.base, &m.cf.redis);
 	lock_init(m.base, &m.cf);
-	cmd_init(&m.cf);
+	cmd_init(&m.cf, m.base);
 	client_init(m.base, &m.cf);
 	if (listener_init(m.base, &m.cf) != 0)
 		fatalx("cannot listen; exiting");

@@ -1,8 +1,11 @@
 """Hostile clients: each attack leaves the daemon serving others correctly,
 with its RSS within 20 MiB of where it started."""
 
+import re
 import resource
+import shutil
 import socket
+import subprocess
 import time
 
 from lbtest import BrokerTest, main, wait_for
@@ -120,6 +123,90 @@ class Hostile(BrokerTest):
         s.close()
         wait_for(lambda: self.broker.info()["locks_held"] == "1", 10)
 
+
+
+class Guessing(BrokerTest):
+    """A peer guessing the AUTH secret over fresh connections is held back
+    (docs/protocol.md §4, AUTH), and the log does not flood."""
+    conf = {"auth": {"secret": "right-secret"}, "log": {"level": "info"}}
+
+    def test_wrong_auths_are_spaced_per_peer(self):
+        conns = [self.client() for _ in range(6)]
+        start = time.monotonic()
+        for c in conns:
+            c.send("AUTH wrong")
+        done = []
+        for c in conns:
+            self.assertEqual(c.line(), "ERR AUTH wrong secret")
+            done.append(time.monotonic() - start)
+            self.assertTrue(c.closed())
+        # The slots after 1..5 failures: 50+100+200+400+800 ms.
+        self.assertGreater(max(done), 1.4, done)
+        # The right secret from the same peer waits its slot, then works,
+        # and the peer starts afresh.
+        ok = self.client()
+        self.assertEqual(ok.cmd("AUTH right-secret"), "OK")
+        fresh = self.client()
+        t = time.monotonic()
+        self.assertEqual(fresh.cmd("AUTH right-secret"), "OK")
+        self.assertLess(time.monotonic() - t, 1.0)
+        lines = self.broker.logtext().count("AUTH failed")
+        self.assertLess(lines, 6, "one log line per failure")
+
+    def test_many_parallel_guesses_are_few_per_second(self):
+        conns = [self.client() for _ in range(40)]
+        start = time.monotonic()
+        for c in conns:
+            c.send("AUTH wrong")
+        answered = 0
+        for c in conns:
+            c.sock.settimeout(0.1)
+            try:
+                while time.monotonic() - start < 3.0 and "\n" not in \
+                        c.buf.decode(errors="replace"):
+                    try:
+                        chunk = c.sock.recv(4096)
+                    except socket.timeout:
+                        continue
+                    if not chunk:
+                        break
+                    c.buf += chunk
+            finally:
+                answered += b"ERR AUTH" in c.buf
+        # Without the back-off all 40 are answered at once.
+        self.assertLess(answered, 12, answered)
+
+
+class Keepalive(BrokerTest):
+    """limits.tcp_keepalive_s: an accepted TCP connection has keepalive
+    on, with the configured idle time (ss shows its timer)."""
+    conf = {"limits": {"tcp_keepalive_s": 45}}
+
+    def timer_of(self, c):
+        port = c.sock.getsockname()[1]
+        out = subprocess.run(
+            ["ss", "-tnoH", "state", "established", "( dport = :%d )" % port],
+            capture_output=True, text=True, check=True).stdout
+        return out
+
+    def test_keepalive_on_accepted_connections(self):
+        if shutil.which("ss") is None:
+            self.skipTest("ss (iproute2) is not installed")
+        c = self.client()
+        self.assertEqual(c.cmd("PING"), "PONG")
+        out = self.timer_of(c)
+        m = re.search(r"timer:\(keepalive,([0-9.]+)(m?s|min)", out)
+        self.assertIsNotNone(m, out)
+        self.assertLessEqual(float(m.group(1)), 45 if m.group(2) != "ms"
+                             else 45000)
+        # 0: the system's settings (2 hours on Linux).
+        self.broker.reload({"limits": {"tcp_keepalive_s": 0}})
+        c2 = self.client()
+        self.assertEqual(c2.cmd("PING"), "PONG")
+        out = self.timer_of(c2)
+        m = re.search(r"timer:\(keepalive,([0-9.]+)min", out)
+        self.assertIsNotNone(m, out)
+        self.assertGreater(float(m.group(1)), 60, out)
 
 if __name__ == "__main__":
     main()

@@ -45,7 +45,7 @@ fuzz_init(void)
 	base = event_base_new();
 	redisc_init(base, &cf.redis);
 	lock_init(base, &cf);
-	cmd_init(&cf);
+	cmd_init(&cf, NULL);
 }
 
 /*

@@ -38,7 +38,7 @@ setup_with(const char *secret, const char *admin)
 	base = event_base_new();
 	redisc_init(base, &cf.redis);
 	lock_init(base, &cf);
-	cmd_init(&cf);
+	cmd_init(&cf, NULL);
 }
 
 static void
