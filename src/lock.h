@@ -1,6 +1,6 @@
 /*
  * lock: the lock engine. It keeps what this broker's clients hold, runs the
- * Lua scripts through redisc, and tells owners what happened through the
+ * Lua scripts through lockdb, and tells owners what happened through the
  * callbacks in struct lock_owner_ops. It never touches sockets, so the unit
  * tests can drive it.
  */

@@ -68,12 +68,74 @@ static struct {
 	const char *prefix;
 	const char *broker; /* "<host>:<pid>:<random>", as entries name it */
 	char channel[128];
+	lockdb_news_fn *news; /* what the release channel says goes here */
 } ldb;
 
-const char *
-lockdb_channel(void)
+/*
+ * A message on the release channel: "<name>", "<name> revoked <fence>", or
+ * "<name> released|shortened <fence> <broker>" (names hold no space). A
+ * release or shortening this broker made is only a release for its
+ * waiters: it dealt with its own holds when it made it.
+ */
+static bool
+lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
 {
-	return ldb.channel;
+	char *w[5];
+	int n = proto_split(msg, len, w, 5);
+
+	if (n < 1 || n == 2 || n > 4 || !proto_valid_name(w[0]))
+		return false;
+	news->name = w[0];
+	news->kind = LDB_NEWS_RELEASED;
+	if (n == 1)
+		return true;
+	if (proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0)
+		return false;
+	if (n == 3 && strcmp(w[1], "revoked") == 0)
+		news->kind = LDB_NEWS_REVOKED;
+	else if (n == 4 &&
+	    (strcmp(w[1], "released") == 0 || strcmp(w[1], "shortened") == 0))
+		news->kind = strcmp(w[3], ldb.broker) != 0 ? LDB_NEWS_GONE
+							   : LDB_NEWS_RELEASED;
+	else
+		return false;
+	return true;
+}
+
+static void
+lockdb_message_cb(const char *msg, size_t len, void *arg)
+{
+	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0 };
+	char buf[PROTO_NAME_MAX + 160];
+
+	if (msg != NULL) {
+		if (len >= sizeof buf)
+			return;
+		memcpy(buf, msg, len);
+		buf[len] = '\0';
+		if (!lockdb_parse_news(buf, len, &news))
+			return;
+	}
+	ldb.news(&news);
+}
+
+void
+lockdb_subscribe(lockdb_news_fn *fn)
+{
+	ldb.news = fn;
+	redisc_subscribe(ldb.channel, lockdb_message_cb, NULL);
+}
+
+void
+lockdb_on_connect(void (*fn)(void *), void *arg)
+{
+	redisc_on_connect(fn, arg);
+}
+
+bool
+lockdb_up(void)
+{
+	return redisc_up();
 }
 
 /* Replies that mean "Redis cannot serve now", as opposed to a bug: the

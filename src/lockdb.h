@@ -62,11 +62,33 @@ struct lockdb_ask {
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);
 
+/* What the release channel says (docs/protocol.md §8). */
+enum lockdb_news_kind {
+	LDB_NEWS_MISSED,   /* subscribed (again): news may have been missed */
+	LDB_NEWS_RELEASED, /* name was released: its waiters may try */
+	LDB_NEWS_REVOKED,  /* REVOKE: holders with fence or older are gone */
+	LDB_NEWS_GONE,	   /* another broker released or shortened the grant
+			      with fence: its holds here cannot trust it */
+};
+
+struct lockdb_news {
+	enum lockdb_news_kind kind;
+	const char *name; /* not for LDB_NEWS_MISSED */
+	uint64_t fence;
+};
+
+typedef void lockdb_news_fn(const struct lockdb_news *);
+
+/* Hear the release channel (set before Redis is connected). */
+void lockdb_subscribe(lockdb_news_fn *fn);
+/* fn(arg) each time the command connection is (re)made. */
+void lockdb_on_connect(void (*fn)(void *), void *arg);
+/* Whether the command connection is up. */
+bool lockdb_up(void);
+
 /* broker ("<host>:<pid>") names this broker in WHO entries, and in the
  * messages that tell other brokers of a grant it released or shortened. */
 void lockdb_init(const char *prefix, const char *broker);
-/* The pub/sub channel releases are announced on. */
-const char *lockdb_channel(void);
 
 /* Grant if the mode allows (or if the token holds it already: same fence
  * back). A FILL whose watched leader finished is DONE instead. */

@@ -22,7 +22,6 @@
 #include "lockrel.h"
 #include "lockreq.h"
 #include "log.h"
-#include "redisc.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -514,39 +513,6 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
-/* What a message after a name says of it. */
-enum lockq_news { NEWS_NONE, NEWS_REVOKED, NEWS_RELEASED, NEWS_SHORTENED };
-
-/* " revoked <fence>", " released <fence> <broker>" or " shortened <fence>
- * <broker>" after a name: what, the fence, and whether another broker
- * than this one sent it (s is not NUL-terminated). */
-static enum lockq_news
-lockq_parse_news(const char *s, size_t len, uint64_t *fence, bool *other)
-{
-	static const char *const words[] = { NULL, "revoked", "released",
-		"shortened" };
-	char buf[PROTO_NAME_MAX + 160], *w[4];
-	int n;
-
-	if (len >= sizeof buf)
-		return NEWS_NONE;
-	memcpy(buf, s, len);
-	buf[len] = '\0';
-	n = proto_split(buf, len, w, 4);
-	for (int i = 1; n >= 2 && i < 4; i++) {
-		if (strcmp(w[0], words[i]) != 0 ||
-		    proto_parse_u64(w[1], UINT64_MAX, fence) != 0)
-			continue;
-		if (i == NEWS_REVOKED && n == 2)
-			return NEWS_REVOKED;
-		if (i != NEWS_REVOKED && n == 3) {
-			*other = strcmp(w[2], lk.broker) != 0;
-			return (enum lockq_news)i;
-		}
-	}
-	return NEWS_NONE;
-}
-
 /* (Re)subscribed: releases and revokes may have been missed meanwhile. */
 static void
 lockq_resubscribed(void)
@@ -564,49 +530,33 @@ lockq_resubscribed(void)
 }
 
 /*
- * A broker released a name ("<name>"), an admin revoked it ("<name>
- * revoked <fence>": holds here with that fence or an older one are lost),
- * or another broker released or shortened a grant whose holds may be here
- * too ("<name> released|shortened <fence> <broker>": they are lost).
- * Either way its waiters here may go.
+ * News on the release channel (lockdb parses it): a name was released, so
+ * its waiters here may go; an admin revoked it (holds here with that fence
+ * or an older one are lost); another broker released or shortened a grant
+ * whose holds may be here too (they are lost); or the subscription was
+ * made again, and news may have been missed.
  */
 static void
-lockq_message_cb(const char *msg, size_t len, void *arg)
+lockq_news_cb(const struct lockdb_news *news)
 {
-	char name[PROTO_NAME_MAX + 1];
-	const char *sp;
 	struct lock_name *ln;
-	enum lockq_news news = NEWS_NONE;
-	uint64_t fence = 0;
-	bool other = false;
 
-	if (msg == NULL) {
+	if (news->kind == LDB_NEWS_MISSED) {
 		lockq_resubscribed();
 		return;
 	}
-	if ((sp = memchr(msg, ' ', len)) != NULL) {
-		news = lockq_parse_news(
-		    sp + 1, len - (size_t)(sp - msg) - 1, &fence, &other);
-		if (news == NEWS_NONE)
-			return;
-		len = (size_t)(sp - msg);
-	}
-	if (len == 0 || len > PROTO_NAME_MAX)
-		return;
-	memcpy(name, msg, len);
-	name[len] = '\0';
-	if ((ln = lockreq_name_find(name)) == NULL)
+	if ((ln = lockreq_name_find(news->name)) == NULL)
 		return;
 	ln->refs++;
-	if (news == NEWS_REVOKED) {
-		if (fence > ln->revoked)
-			ln->revoked = fence;
-		lockhold_revoked(ln, fence);
-	} else if (news != NEWS_NONE && other &&
+	if (news->kind == LDB_NEWS_REVOKED) {
+		if (news->fence > ln->revoked)
+			ln->revoked = news->fence;
+		lockhold_revoked(ln, news->fence);
+	} else if (news->kind == LDB_NEWS_GONE &&
 	    chaos_fault != CHAOS_NO_FOREIGN_NOTICE) {
 		/* Its grant's answer may still be on its way here. */
-		ln->heard[ln->nheard++ % 4] = fence;
-		lockhold_released(ln, fence);
+		ln->heard[ln->nheard++ % 4] = news->fence;
+		lockhold_released(ln, news->fence);
 	}
 	lockq_kick(ln);
 	lockreq_name_unref(ln);
@@ -662,5 +612,5 @@ lockq_stop(void)
 void
 lockq_init(void)
 {
-	redisc_subscribe(lockdb_channel(), lockq_message_cb, NULL);
+	lockdb_subscribe(lockq_news_cb);
 }

@@ -17,7 +17,6 @@
 #include "lockrel.h"
 #include "log.h"
 #include "proto.h"
-#include "redisc.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -213,7 +212,7 @@ lockrel_redis_up(void *arg)
 	struct lockrel *r;
 	uint64_t now = mono_ms();
 
-	if (!redisc_up()) {
+	if (!lockdb_up()) {
 		if (!TAILQ_EMPTY(&rel.owed))
 			lockrel_retry_later();
 		return;
@@ -251,7 +250,7 @@ lockrel_init(struct event_base *base, const struct config *cf,
 	rel.retry_ev = evtimer_new(base, lockrel_retry_cb, NULL);
 	if (rel.retry_ev == NULL)
 		fatalx("lock: evtimer_new failed");
-	redisc_on_connect(lockrel_redis_up, NULL);
+	lockdb_on_connect(lockrel_redis_up, NULL);
 }
 
 void
