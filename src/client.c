@@ -243,7 +243,8 @@ client_eof(struct client *c)
 {
 	event_del(c->read_ev);
 	log_debug("client %" PRIu64 " [%s]: end of input", c->s.id, c->peer);
-	/* Leaving cancels a wait (DESIGN.md §3); quick requests still run. */
+	/* Leaving cancels a wait (docs/protocol.md §1); quick requests still
+ * run. */
 	if (!lock_owner_eof(&c->s.owner)) {
 		client_free(c, true);
 		return;
@@ -366,8 +367,7 @@ client_timer_arm(struct client *c, uint64_t now)
 	if (next == UINT64_MAX)
 		return;
 	next = next > now ? next - now : 0;
-	tv.tv_sec = (time_t)(next / 1000);
-	tv.tv_usec = (suseconds_t)(next % 1000) * 1000;
+	tv = util_timeval(next);
 	evtimer_add(c->timer_ev, &tv);
 }
 

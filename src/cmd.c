@@ -628,8 +628,7 @@ cmd_auth(struct session *s, int argc, char **argv)
 	if (s->auth_ev == NULL &&
 	    (s->auth_ev = evtimer_new(cmds.base, cmd_auth_later_cb, s)) == NULL)
 		fatalx("cmd: evtimer_new failed");
-	tv.tv_sec = (time_t)((slot - now) / 1000);
-	tv.tv_usec = (suseconds_t)((slot - now) % 1000) * 1000;
+	tv = util_timeval(slot - now);
 	evtimer_add(s->auth_ev, &tv);
 	return CMD_ASYNC;
 }

@@ -1078,3 +1078,10 @@ config_apply_reloadable(struct config *live, struct config *fresh)
 		memcpy(config_field(fresh, k->off), tmp, n);
 	}
 }
+
+uint64_t
+config_mark_ms(const struct config *cf)
+{
+	return 2 * (uint64_t)cf->locks.retry_max_ms +
+	    (uint64_t)cf->redis.command_timeout_ms;
+}

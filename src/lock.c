@@ -350,9 +350,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		    name, req->token, req->fence, &ask, lock_handover_cb, req);
 	} else {
 		lockdb_release(name, req->token, req->fence, req->done,
-		    2 * (uint64_t)lk.cf->locks.retry_max_ms +
-			(uint64_t)lk.cf->redis.command_timeout_ms,
-		    lock_release_cb, req);
+		    config_mark_ms(lk.cf), lock_release_cb, req);
 	}
 	return 0;
 }

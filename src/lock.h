@@ -50,7 +50,7 @@ struct lock_owner;
 struct lock_owner_ops {
 	/* The request in flight finished (exactly once per request). */
 	void (*done)(struct lock_owner *, const struct lock_result *);
-	/* A held lock was lost; reason as in DESIGN.md §3. */
+	/* A held lock was lost; reason as in docs/protocol.md §7. */
 	void (*lost)(struct lock_owner *, const char *name, uint64_t fence,
 	    const char *reason);
 };

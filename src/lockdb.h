@@ -1,5 +1,5 @@
 /*
- * lockdb: the Redis side of a lock — the key layout of DESIGN.md §5 and the
+ * lockdb: the Redis side of a lock — the key layout of docs/protocol.md §8 and the
  * Lua scripts that make every decision atomic — with replies parsed into a
  * plain struct. It knows nothing of owners, holds or queues.
  */

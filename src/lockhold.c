@@ -1,8 +1,8 @@
 /*
  * lockhold: what this broker's clients hold: a hold per granted lock, its
- * validity on the monotonic clock (DESIGN.md §4), session leases renewed
- * every lease/3, max_hold_ms, and EVENT LOST the moment a hold can no
- * longer be trusted. A lost hold lets the name's queue try, through the
+ * validity on the monotonic clock (docs/protocol.md §3), session leases
+ * renewed every lease/3, max_hold_ms, and EVENT LOST the moment a hold can
+ * no longer be trusted. A lost hold lets the name's queue try, through the
  * callback given to lockhold_init.
  */
 #include <sys/queue.h>

@@ -185,8 +185,8 @@ lockq_token_used(
 }
 
 /*
- * A grant whose answer came after its validity (DESIGN.md §4, counted from
- * before the try was sent) had already ended is worth nothing: an OK now
+ * A grant whose answer came after its validity (docs/protocol.md §3,
+ * counted from before the try was sent) had ended is worth nothing: an OK now
  * would hand the client a lock anyone may take at any moment. It goes back
  * to Redis and the try counts as refused.
  */
@@ -406,8 +406,7 @@ lockq_mark_ms(const struct lock_req *req)
 {
 	if (req->wait_ms == 0)
 		return 0;
-	return 2 * (uint64_t)lk.cf->locks.retry_max_ms +
-	    (uint64_t)lk.cf->redis.command_timeout_ms;
+	return config_mark_ms(lk.cf);
 }
 
 /* Only the head of a queue talks to Redis. */

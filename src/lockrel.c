@@ -61,16 +61,14 @@ lockrel_new(
 static uint64_t
 lockrel_done_ms(void)
 {
-	return 2 * (uint64_t)rel.cf->locks.retry_max_ms +
-	    (uint64_t)rel.cf->redis.command_timeout_ms;
+	return config_mark_ms(rel.cf);
 }
 
 static void
 lockrel_retry_later(void)
 {
-	uint64_t ms = (uint64_t)rel.cf->redis.command_timeout_ms;
-	struct timeval tv = { (time_t)(ms / 1000),
-		(suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv =
+	    util_timeval((uint64_t)rel.cf->redis.command_timeout_ms);
 
 	evtimer_add(rel.retry_ev, &tv);
 }

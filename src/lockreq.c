@@ -238,8 +238,7 @@ lockreq_answer_db_error(struct lock_req *req, const struct lockdb_reply *r)
 void
 lockreq_timer(struct event *ev, uint64_t ms)
 {
-	struct timeval tv = { (time_t)(ms / 1000),
-		(suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv = util_timeval(ms);
 
 	evtimer_add(ev, &tv);
 }

@@ -13,7 +13,7 @@
 #define PROTO_NAME_MAX 200
 #define PROTO_TOKEN_MAX 64
 
-/* The error codes of DESIGN.md §3, in one place. */
+/* The error codes of docs/protocol.md §6, in one place. */
 enum proto_err {
 	PERR_PROTO,
 	PERR_UNKNOWN,

@@ -121,8 +121,7 @@ redisc_arm_timeout(void)
 	}
 	now = mono_ms();
 	left = head->deadline_ms > now ? head->deadline_ms - now : 0;
-	tv.tv_sec = (time_t)(left / 1000);
-	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+	tv = util_timeval(left);
 	evtimer_add(rc.timeout_ev, &tv);
 }
 
@@ -575,13 +574,6 @@ redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-redisc_timeval(struct timeval *tv, uint64_t ms)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
-}
-
-static void
 redisc_conn_open(struct redisc_conn *conn)
 {
 	const struct config_redis *cf = rc.cf;
@@ -612,7 +604,7 @@ redisc_conn_open(struct redisc_conn *conn)
 	redisAsyncSetConnectCallback(conn->ac, redisc_connect_cb);
 	redisAsyncSetDisconnectCallback(conn->ac, redisc_disconnect_cb);
 	conn->setup(conn->ac);
-	redisc_timeval(&tv, (uint64_t)cf->connect_timeout_ms);
+	tv = util_timeval((uint64_t)cf->connect_timeout_ms);
 	evtimer_add(conn->connect_timeout_ev, &tv);
 }
 
@@ -642,7 +634,7 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	conn->attempts++;
 	log_info("redis %s: retrying in %llu ms", conn->what,
 	    (unsigned long long)delay);
-	redisc_timeval(&tv, delay);
+	tv = util_timeval(delay);
 	evtimer_add(conn->reconnect_ev, &tv);
 }
 

@@ -131,3 +131,12 @@ util_read_secret(const char *path)
 	explicit_bzero(buf, sizeof buf);
 	return copy;
 }
+
+struct timeval
+util_timeval(uint64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000),
+		(suseconds_t)(ms % 1000) * 1000 };
+
+	return tv;
+}

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/time.h>
 
 #define UTIL_TOKEN_HEXLEN 32
 
@@ -20,10 +21,14 @@ void util_random_token(char out[UTIL_TOKEN_HEXLEN + 1]);
 uint64_t util_random_range(uint64_t lo, uint64_t hi);
 
 /*
- * The end of a lease as the broker may trust it (DESIGN.md §4):
+ * The end of a lease as the broker may trust it (docs/protocol.md §3,
+ * Validity):
  * start + ttl * (1 - drift) - 2 ms, never before start.
  */
 uint64_t util_validity_end(uint64_t start_ms, uint64_t ttl_ms, double drift);
+
+/* ms as a timeval, for libevent's timers. */
+struct timeval util_timeval(uint64_t ms);
 
 /*
  * Compare a given secret with the real one in time that depends only on the

@@ -111,7 +111,7 @@ seen_find(const struct seen *s, const char *key)
 	return -1;
 }
 
-/* Every default of DESIGN.md section 6, checked field by field. */
+/* Every default of docs/configuration.md, checked field by field. */
 static void
 assert_defaults(const struct config *cf)
 {
