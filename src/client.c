@@ -504,8 +504,7 @@ client_close_all(void)
 {
 	struct client *c;
 
-	TAILQ_FOREACH(c, &cl.all, entry)
-	{
+	TAILQ_FOREACH (c, &cl.all, entry) {
 		if (!c->closing) {
 			c->quit = true; /* our stop, not the client vanishing */
 			client_close(c);

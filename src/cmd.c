@@ -387,11 +387,15 @@ cmd_locks(struct session *s, int argc, char **argv)
 	const struct lock_hold *h;
 	uint64_t now = mono_ms();
 
-	TAILQ_FOREACH(h, &s->owner.holds, owner_entry)
-	evbuffer_add_printf(s->out, "LOCK %s %" PRIu64 " %" PRIu64 " %s%s%s\n",
-	    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
-	    lock_kind_name(h->kind), h->mode == LDB_EXCLUSIVE ? "" : " ",
-	    h->mode == LDB_EXCLUSIVE ? "" : lock_mode_name(h->mode, h->limit));
+	TAILQ_FOREACH (h, &s->owner.holds, owner_entry)
+		evbuffer_add_printf(s->out,
+		    "LOCK %s %" PRIu64 " %" PRIu64 " %s%s%s\n",
+		    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
+		    lock_kind_name(h->kind),
+		    h->mode == LDB_EXCLUSIVE ? "" : " ",
+		    h->mode == LDB_EXCLUSIVE
+			? ""
+			: lock_mode_name(h->mode, h->limit));
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
 }

@@ -37,8 +37,8 @@ struct session {
 	session_resume_fn *resume; /* the request in flight was answered */
 	void *ctx;		   /* the client module's */
 	void (*reply)(struct session *, const struct lock_result *);
-	bool quit;	     /* an answer that came later closes (AUTH) */
-	char *auth_secret;   /* an AUTH waiting for its peer's slot */
+	bool quit;	   /* an answer that came later closes (AUTH) */
+	char *auth_secret; /* an AUTH waiting for its peer's slot */
 	struct event *auth_ev;
 };
 

@@ -183,9 +183,9 @@ lock_hold_of(struct lock_name *ln, const char *token)
 	struct lock_hold *h;
 
 	if (ln != NULL && token != NULL)
-		LIST_FOREACH(h, &ln->holds, name_entry)
-	if (strcmp(h->token, token) == 0)
-		return h;
+		LIST_FOREACH (h, &ln->holds, name_entry)
+			if (strcmp(h->token, token) == 0)
+				return h;
 	return NULL;
 }
 

@@ -79,9 +79,9 @@ lockhold_find(struct lock_owner *o, const char *name)
 
 	if (ln == NULL)
 		return NULL;
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (h->owner == o)
-		return h;
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (h->owner == o)
+			return h;
 	return NULL;
 }
 
@@ -115,8 +115,7 @@ lockhold_assume(struct lock_req *req)
 	struct lock_hold *h;
 
 	req->lease_seq = ++lk.lease_seq;
-	LIST_FOREACH(h, &req->ln->holds, name_entry)
-	{
+	LIST_FOREACH (h, &req->ln->holds, name_entry) {
 		if (strcmp(h->token, req->token) != 0 ||
 		    !lockhold_same_family(h, req))
 			continue;
@@ -141,8 +140,7 @@ lockhold_lease(const struct lock_req *req, uint64_t fence)
 	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
 	struct lock_hold *h;
 
-	LIST_FOREACH(h, &req->ln->holds, name_entry)
-	{
+	LIST_FOREACH (h, &req->ln->holds, name_entry) {
 		if ((fence != 0 && h->fence != fence) ||
 		    strcmp(h->token, req->token) != 0)
 			continue;
@@ -166,15 +164,15 @@ lockhold_token_busy(struct lock_name *ln, const char *token,
 	struct lock_hold *h;
 	struct lock_req *req;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (h != except && strcmp(h->token, token) == 0)
-		return true;
-	TAILQ_FOREACH(req, &ln->waiters, queue_entry)
-	if (req->owner != o && strcmp(req->token, token) == 0)
-		return true;
-	LIST_FOREACH(req, &ln->asking, asking_entry)
-	if (req->op == OP_ACQUIRE && strcmp(req->token, token) == 0)
-		return true; /* a same-token re-grant in Redis */
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (h != except && strcmp(h->token, token) == 0)
+			return true;
+	TAILQ_FOREACH (req, &ln->waiters, queue_entry)
+		if (req->owner != o && strcmp(req->token, token) == 0)
+			return true;
+	LIST_FOREACH (req, &ln->asking, asking_entry)
+		if (req->op == OP_ACQUIRE && strcmp(req->token, token) == 0)
+			return true; /* a same-token re-grant in Redis */
 	if (o != NULL && o->pending != NULL && o->pending->ln == ln &&
 	    strcmp(o->pending->token, token) == 0)
 		return true; /* its own ACQUIRE/EXTEND decides */
@@ -428,8 +426,7 @@ lockhold_recheck(struct lock_name *ln)
 	struct lock_hold *h;
 	struct lock_req *req;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	{
+	LIST_FOREACH (h, &ln->holds, name_entry) {
 		if ((req = h->checking) != NULL) {
 			req->again = req->in_flight; /* else it asks anew */
 			continue;

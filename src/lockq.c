@@ -172,15 +172,16 @@ lockq_token_used(
 	struct lock_hold *h;
 	struct lock_req *r;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (strcmp(h->token, token) == 0)
-		return true;
-	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
-	if (r != req && strcmp(r->token, token) == 0)
-		return true;
-	LIST_FOREACH(r, &ln->asking, asking_entry)
-	if (r != req && r->op == OP_ACQUIRE && strcmp(r->token, token) == 0)
-		return true;
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (strcmp(h->token, token) == 0)
+			return true;
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r != req && strcmp(r->token, token) == 0)
+			return true;
+	LIST_FOREACH (r, &ln->asking, asking_entry)
+		if (r != req && r->op == OP_ACQUIRE &&
+		    strcmp(r->token, token) == 0)
+			return true;
 	return false;
 }
 
@@ -266,10 +267,10 @@ lockq_watch(struct lock_name *ln, uint64_t fence, uint64_t tried_us)
 {
 	struct lock_req *r;
 
-	TAILQ_FOREACH(r, &ln->waiters, queue_entry)
-	if (r->mode == LDB_FILL && r->wait_ms != 0 &&
-	    r->created_us <= tried_us && r->watch < fence)
-		r->watch = fence;
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r->mode == LDB_FILL && r->wait_ms != 0 &&
+		    r->created_us <= tried_us && r->watch < fence)
+			r->watch = fence;
 }
 
 /* A new FILL waiter waits on the leader here, unless it is releasing. */
@@ -279,9 +280,9 @@ lockq_watch_of(struct lock_name *ln)
 	struct lock_hold *h;
 	uint64_t w = 0;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	if (h->mode == LDB_FILL && !h->releasing && h->fence > w)
-		w = h->fence;
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (h->mode == LDB_FILL && !h->releasing && h->fence > w)
+			w = h->fence;
 	return w;
 }
 
@@ -454,8 +455,7 @@ lockq_local_hold_left(struct lock_name *ln, const char *token)
 	struct lock_hold *h;
 	uint64_t now = mono_ms(), left = 0;
 
-	LIST_FOREACH(h, &ln->holds, name_entry)
-	{
+	LIST_FOREACH (h, &ln->holds, name_entry) {
 		if ((h->mode == LDB_EXCLUSIVE || h->mode == LDB_FILL) &&
 		    strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
 		    h->valid_until_ms - now > left)
@@ -520,8 +520,7 @@ lockq_resubscribed(void)
 
 	lk.sub_epoch++;
 	for (size_t i = 0; i < lk.nbuckets; i++)
-		LIST_FOREACH(ln, &lk.buckets[i], entry)
-		{
+		LIST_FOREACH (ln, &lk.buckets[i], entry) {
 			if (!TAILQ_EMPTY(&ln->waiters))
 				lockq_retry_at(ln, 0);
 			lockhold_recheck(ln);

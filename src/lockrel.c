@@ -175,9 +175,9 @@ lockrel_forget(const char *name, const char *token)
 		rel.nowed--;
 		free(r);
 	}
-	TAILQ_FOREACH(r, &rel.sending, entry)
-	if (strcmp(r->token, token) == 0 && strcmp(r->name, name) == 0)
-		r->cancelled = true;
+	TAILQ_FOREACH (r, &rel.sending, entry)
+		if (strcmp(r->token, token) == 0 && strcmp(r->name, name) == 0)
+			r->cancelled = true;
 }
 
 /* An owed release, done late: say whether it was still needed. */

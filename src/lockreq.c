@@ -63,9 +63,9 @@ lockreq_name_find(const char *name)
 {
 	struct lock_name *ln;
 
-	LIST_FOREACH(ln, &lk.buckets[lockreq_hash(name) % lk.nbuckets], entry)
-	if (strcmp(ln->name, name) == 0)
-		return ln;
+	LIST_FOREACH (ln, &lk.buckets[lockreq_hash(name) % lk.nbuckets], entry)
+		if (strcmp(ln->name, name) == 0)
+			return ln;
 	return NULL;
 }
 
@@ -172,9 +172,9 @@ lockreq_token_asks(const struct lock_req *req)
 	if (req->own_token)
 		return; /* nobody released a token made just now */
 	lockrel_forget(req->ln->name, req->token);
-	LIST_FOREACH(r, &req->ln->asking, asking_entry)
-	if (r->op == OP_RELEASE && strcmp(r->token, req->token) == 0)
-		r->forget = true;
+	LIST_FOREACH (r, &req->ln->asking, asking_entry)
+		if (r->op == OP_RELEASE && strcmp(r->token, req->token) == 0)
+			r->forget = true;
 }
 
 /* Answer the owner (once); the request itself may live on in Redis. */

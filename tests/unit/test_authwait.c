@@ -38,8 +38,8 @@ START_TEST(test_right_secret_starts_afresh)
 	authwait_slot("[::1]:1", t);
 	ck_assert_uint_eq(authwait_slot("[::1]:2", t), t + AUTHWAIT_MIN_MS);
 	authwait_result("[::1]:2", true, t + AUTHWAIT_MIN_MS);
-	ck_assert_uint_eq(authwait_slot("[::1]:3", t + AUTHWAIT_MIN_MS),
-	    t + AUTHWAIT_MIN_MS);
+	ck_assert_uint_eq(
+	    authwait_slot("[::1]:3", t + AUTHWAIT_MIN_MS), t + AUTHWAIT_MIN_MS);
 }
 END_TEST
 
@@ -71,8 +71,8 @@ START_TEST(test_table_is_bounded)
 	/* Far more addresses than the table holds: the oldest make room. */
 	for (int i = 0; i < 5000; i++) {
 		snprintf(peer, sizeof peer, "10.2.%d.%d:1", i / 250, i % 250);
-		ck_assert_uint_eq(authwait_slot(peer, t + (uint64_t)i),
-		    t + (uint64_t)i);
+		ck_assert_uint_eq(
+		    authwait_slot(peer, t + (uint64_t)i), t + (uint64_t)i);
 	}
 }
 END_TEST
