@@ -352,6 +352,8 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		lockdb_release(name, req->token, req->fence, req->done,
 		    config_mark_ms(lk.cf), lock_release_cb, req);
 	}
+	/* Other connections holding the grant: gone from now on. */
+	lockhold_release_sent(req->ln, req->token, o);
 	return 0;
 }
 

@@ -452,6 +452,22 @@ lockhold_released(struct lock_name *ln, uint64_t fence)
 	}
 }
 
+/* A RELEASE of token's grant is being sent by o: from that moment the
+ * grant may be gone, so the token's holds of other connections here are
+ * lost now (o's own goes with the answer). */
+void
+lockhold_release_sent(
+    struct lock_name *ln, const char *token, const struct lock_owner *o)
+{
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (h->owner != o && strcmp(h->token, token) == 0)
+			lockhold_lost(h, LOST_REVOKED);
+	}
+}
+
 /* An admin revoked ln: every hold here with fence or an older one is
  * lost (a newer one was granted after). */
 void

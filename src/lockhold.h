@@ -48,6 +48,10 @@ void lockhold_drop_token(struct lock_name *ln, const char *token,
 /* The subscriber missed messages: ask Redis whether ln's holds here still
  * hold it; those that do not are lost (revoked or stolen). */
 void lockhold_recheck(struct lock_name *ln);
+/* o sends a RELEASE of token's grant: the token's holds of other
+ * connections here are lost at once. */
+void lockhold_release_sent(
+    struct lock_name *ln, const char *token, const struct lock_owner *o);
 /* An admin revoked ln: holds with fence or older are lost. */
 void lockhold_revoked(struct lock_name *ln, uint64_t fence);
 /* Another broker released or shortened the grant with fence: its holds

@@ -316,8 +316,20 @@ def _overlap(a, g, ctx):
     line = "%s: %s overlaps %s for %.0f ms; older lease ended >= %.0f ms " \
            "before; holder told by %s" % (old["name"], _brief(old),
                                           _brief(new), ms, margin, how)
-    if how is None or margin < 0:
+    if margin < 0:
         return False, line
+    if how is None:
+        # Never told (it released, or its connection ended): it held on
+        # until then, which only a stop or a broken link may explain.
+        t_told = hold_end(old, ctx.t_end)
+        late_s = t_told - new["t_granted"]
+        line += "; it held on %.0f ms after the newer grant" % (late_s * 1e3)
+        if late_s > SLACK_S and _stopped(old, ctx.faults, new["t_granted"],
+                                         t_told):
+            return True, line + " (its broker or worker was stopped)"
+        why = ctx.link_excuse(old, new["t_granted"], t_told)
+        return (True, line + " (%s)" % why) if why and late_s > SLACK_S \
+            else (False, line)
     late_s = t_told - new["t_granted"]
     line += " %.0f ms after the newer grant" % (late_s * 1e3)
     if late_s <= SLACK_S:
