@@ -17,11 +17,6 @@
 #include "lb_build.h"
 #include "lockctl.h"
 
-/*
- * Without --wait an ACQUIRE waits a day at a time and is sent again after a
- * TIMEOUT: "until granted" whatever the broker's locks.default_wait_ms.
- */
-#define CTL_WAIT_CHUNK_MS 86400000
 #define CTL_DEFAULT_ADDR "127.0.0.1:7878"
 #define CTL_DEFAULT_GRACE_MS 5000
 /* Room for an AUTH line under the broker's 128-byte limit before AUTH. */
@@ -103,7 +98,6 @@ static const struct ctl_opt {
 };
 
 static char ctl_secret[CTL_SECRET_MAX + 2];
-static bool ctl_have_secret;
 
 static void __attribute__((noreturn)) ctl_usage(int code)
 {
@@ -351,7 +345,7 @@ ctl_read_secret(const char *path)
 		if (n == 0)
 			ctl_usage_err("%s: no secret on the first line", path);
 	}
-	ctl_have_secret = ctl_secret[0] != '\0';
+	ask_have_secret = ctl_secret[0] != '\0';
 	for (const char *p = ctl_secret; *p != '\0'; p++)
 		if ((unsigned char)*p <= 0x20 || *p == 0x7f)
 			ctl_usage_err("the secret must be one word");
@@ -364,136 +358,15 @@ ctl_auth(struct conn *c)
 	char *line;
 	int rc;
 
-	if (!ctl_have_secret)
+	if (!ask_have_secret)
 		return 0;
 	rc = conn_send(c, "AUTH %s", ctl_secret);
 	explicit_bzero(ctl_secret, sizeof(ctl_secret));
 	if (rc != 0)
 		return LC_EXIT_UNAVAILABLE;
-	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
 		return rc;
-	return strcmp(line, "OK") == 0 ? 0 : ctl_err_exit(line);
-}
-
-/* The exit code for a reply that is not the one hoped for. */
-int
-ctl_err_exit(const char *line)
-{
-	static const struct {
-		const char *prefix;
-		int code;
-	} map[] = {
-		{ "ERR UNAVAILABLE ", LC_EXIT_UNAVAILABLE },
-		{ "ERR SHUTDOWN ", LC_EXIT_UNAVAILABLE },
-		{ "ERR NOTHELD ", LC_EXIT_NOTHELD },
-		{ "ERR AUTH ", LC_EXIT_AUTH },
-		{ "ERR NOAUTH ", LC_EXIT_AUTH },
-	};
-
-	if (strncmp(line, "ERR ", 4) != 0) {
-		warnx("unexpected reply from the broker: %s", line);
-		return LC_EXIT_BROKER;
-	}
-	warnx("broker: %s", line);
-	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (strncmp(line, map[i].prefix, strlen(map[i].prefix)) == 0) {
-			if (map[i].code == LC_EXIT_AUTH && !ctl_have_secret)
-				warnx("give the secret with -a FILE or "
-				      "$LOCKBROKER_SECRET");
-			return map[i].code;
-		}
-	return LC_EXIT_BROKER;
-}
-
-/*
- * The reply to the request just sent, skipping EVENT lines (which may come
- * before any reply); 0, or the exit code when the broker did not answer.
- */
-int
-ctl_reply(struct conn *c, int64_t timeout_ms, char **line)
-{
-	for (;;) {
-		switch (conn_readline(c, timeout_ms, line)) {
-		case CONN_OK:
-			if (strncmp(*line, "EVENT ", 6) != 0)
-				return 0;
-			warnx("broker: %s", *line);
-			continue;
-		case CONN_EOF:
-			warnx("the broker closed the connection");
-			break;
-		case CONN_TIMEOUT:
-			warnx("no reply from the broker in %" PRId64 " ms",
-			    timeout_ms);
-			break;
-		case CONN_ERROR:
-			break;
-		}
-		return LC_EXIT_UNAVAILABLE;
-	}
-}
-
-/* "OK <fence> <ttl_ms> <token>" into g; anything else is an error. */
-static int
-ctl_parse_grant(char *line, struct grant *g)
-{
-	char copy[CONN_LINE_MAX + 1], *argv[4];
-	size_t len = strlen(line);
-
-	memcpy(copy, line, len + 1);
-	if (proto_split(copy, len, argv, 4) != 4 ||
-	    strcmp(argv[0], "OK") != 0 ||
-	    proto_parse_u64(argv[1], UINT64_MAX, &g->fence) != 0 ||
-	    proto_parse_u64(argv[2], INT64_MAX, &g->ttl_ms) != 0 ||
-	    !proto_valid_token(argv[3]))
-		return ctl_err_exit(line);
-	strcpy(g->token, argv[3]);
-	return 0;
-}
-
-/* The mode words of an ACQUIRE: " SHARED", " LIMIT <n>", or none. */
-static void
-ctl_mode_words(const struct acquire_req *r, char *buf, size_t size)
-{
-	if (r->shared)
-		snprintf(buf, size, " SHARED");
-	else if (r->limit > 0)
-		snprintf(buf, size, " LIMIT %" PRIu64, r->limit);
-	else
-		buf[0] = '\0';
-}
-
-/*
- * ACQUIRE (or FILL) until granted, TIMEOUT (65) or an error. A FILL may
- * also be answered DONE: LC_FILL_DONE.
- */
-int
-ctl_acquire(struct conn *c, const struct acquire_req *r, struct grant *g)
-{
-	int64_t wait = r->wait_ms < 0 ? CTL_WAIT_CHUNK_MS : r->wait_ms;
-	char ttl[32] = "", mode[32];
-	char *line;
-	int rc;
-
-	if (r->ttl_ms > 0)
-		snprintf(ttl, sizeof(ttl), " TTL %" PRIu64, r->ttl_ms);
-	ctl_mode_words(r, mode, sizeof(mode));
-	for (;;) {
-		if (conn_send(c, "%s %s%s WAIT %" PRId64 "%s%s%s%s",
-			r->fill ? "FILL" : "ACQUIRE", r->name, ttl, wait,
-			r->keep ? " KEEP" : "", r->token ? " TOKEN " : "",
-			r->token ? r->token : "", mode) != 0)
-			return LC_EXIT_UNAVAILABLE;
-		/* The broker answers TIMEOUT itself when the wait ends. */
-		if ((rc = ctl_reply(c, wait + LC_IO_TIMEOUT_MS, &line)) != 0)
-			return rc;
-		if (r->fill && strcmp(line, "DONE") == 0)
-			return LC_FILL_DONE;
-		if (strcmp(line, "TIMEOUT") != 0)
-			return ctl_parse_grant(line, g);
-		if (r->wait_ms >= 0)
-			return LC_EXIT_TIMEOUT;
-	}
+	return strcmp(line, "OK") == 0 ? 0 : ask_err_exit(line);
 }
 
 /*
@@ -510,7 +383,7 @@ ctl_cmd_acquire(struct conn *c, struct ctl_args *a)
 	int rc;
 
 	a->run.req.keep = true;
-	if ((rc = ctl_acquire(c, &a->run.req, &g)) != 0)
+	if ((rc = ask_acquire(c, &a->run.req, &g)) != 0)
 		return rc;
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us here */
 	printf("%" PRIu64 " %" PRIu64 " %s\n", g.fence, g.ttl_ms, g.token);
@@ -518,7 +391,7 @@ ctl_cmd_acquire(struct conn *c, struct ctl_args *a)
 		return 0;
 	warn("stdout");
 	if (conn_send(c, "RELEASE %s TOKEN %s", a->run.req.name, g.token) == 0)
-		ctl_reply(c, LC_IO_TIMEOUT_MS, &line);
+		ask_reply(c, LC_IO_TIMEOUT_MS, &line);
 	return LC_EXIT_OSERR;
 }
 
@@ -531,9 +404,9 @@ ctl_cmd_release(struct conn *c, struct ctl_args *a)
 	if (conn_send(c, "RELEASE %s TOKEN %s", a->run.req.name,
 		a->run.req.token) != 0)
 		return LC_EXIT_UNAVAILABLE;
-	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
 		return rc;
-	return strcmp(line, "OK") == 0 ? 0 : ctl_err_exit(line);
+	return strcmp(line, "OK") == 0 ? 0 : ask_err_exit(line);
 }
 
 /* Prints "FREE" or "HELD <ttl_ms> <fence>"; both exit 0. */
@@ -545,10 +418,10 @@ ctl_cmd_status(struct conn *c, struct ctl_args *a)
 
 	if (conn_send(c, "STATUS %s", a->run.req.name) != 0)
 		return LC_EXIT_UNAVAILABLE;
-	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
 		return rc;
 	if (strcmp(line, "OK FREE") != 0 && strncmp(line, "OK HELD ", 8) != 0)
-		return ctl_err_exit(line);
+		return ask_err_exit(line);
 	printf("%s\n", line + 3);
 	return 0;
 }
@@ -565,11 +438,11 @@ ctl_cmd_who(struct conn *c, struct ctl_args *a)
 
 	if (conn_send(c, "WHO %s", a->run.req.name) != 0)
 		return LC_EXIT_UNAVAILABLE;
-	while ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
+	while ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
 		if (strcmp(line, "END") == 0)
 			return 0;
 		if (strncmp(line, "HOLDER ", 7) != 0)
-			return ctl_err_exit(line);
+			return ask_err_exit(line);
 		printf("%s\n", line + 7);
 	}
 	return rc;
@@ -588,7 +461,7 @@ ctl_cmd_revoke(struct conn *c, struct ctl_args *a)
 
 	if (conn_send(c, "REVOKE %s", a->run.req.name) != 0)
 		return LC_EXIT_UNAVAILABLE;
-	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
 		return rc;
 	if (strncmp(line, "ERR NOAUTH ", 11) == 0) {
 		warnx("broker: %s", line);
@@ -598,7 +471,7 @@ ctl_cmd_revoke(struct conn *c, struct ctl_args *a)
 	}
 	if (strncmp(line, "OK ", 3) != 0 ||
 	    proto_parse_u64(line + 3, UINT64_MAX, &n) != 0)
-		return ctl_err_exit(line);
+		return ask_err_exit(line);
 	printf("%" PRIu64 "\n", n);
 	return 0;
 }
@@ -613,11 +486,11 @@ ctl_cmd_info(struct conn *c, struct ctl_args *a)
 	(void)a;
 	if (conn_send(c, "INFO") != 0)
 		return LC_EXIT_UNAVAILABLE;
-	while ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
+	while ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) == 0) {
 		if (strcmp(line, "END") == 0)
 			return 0;
 		if (strncmp(line, "STAT ", 5) != 0)
-			return ctl_err_exit(line);
+			return ask_err_exit(line);
 		printf("%s\n", line + 5);
 	}
 	return rc;
@@ -632,10 +505,10 @@ ctl_cmd_ping(struct conn *c, struct ctl_args *a)
 	(void)a;
 	if (conn_send(c, "PING") != 0)
 		return LC_EXIT_UNAVAILABLE;
-	if ((rc = ctl_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
 		return rc;
 	if (strcmp(line, "PONG") != 0)
-		return ctl_err_exit(line);
+		return ask_err_exit(line);
 	printf("PONG\n");
 	return 0;
 }

@@ -1,8 +1,9 @@
 /*
  * lockctl: a command-line client of lockbrokerd. One header, a section per
- * .c file: lockctl.c (options, subcommands, reply handling), conn.c (the
- * connection and its line framing), run.c (holding a lock while a command
- * runs).
+ * .c file: lockctl.c (options, subcommands), ask.c (a request and its reply,
+ * the exit code of a reply), conn.c (the connection and its line framing),
+ * run.c (holding a lock while a command runs). lockctl.c and run.c call
+ * ask.c and conn.c, never each other but for run_main.
  */
 #ifndef LOCKCTL_H
 #define LOCKCTL_H
@@ -26,7 +27,7 @@ enum {
 	LC_EXIT_BROKER = 70,	  /* any other ERR, or a reply not understood */
 	LC_EXIT_OSERR = 71,	  /* local: fork, pipe, secret file, stdout */
 	LC_EXIT_AUTH = 77,	  /* ERR AUTH or ERR NOAUTH */
-	/* Not an exit code: ctl_acquire's answer when a FILL is DONE (the
+	/* Not an exit code: ask_acquire's answer when a FILL is DONE (the
 	 * leader finished the work); run_main passes it on, fill exits 0. */
 	LC_FILL_DONE = 256,
 };
@@ -34,7 +35,7 @@ enum {
 /* How long a request that does not wait for a lock may take, connect too. */
 #define LC_IO_TIMEOUT_MS 10000
 
-/* lockctl.c */
+/* ask.c */
 
 /*
  * An ACQUIRE (or FILL) to make: lockctl.c builds it for acquire, run.c for
@@ -67,9 +68,12 @@ struct run_opts {
 
 struct conn;
 
-int ctl_acquire(struct conn *c, const struct acquire_req *r, struct grant *g);
-int ctl_reply(struct conn *c, int64_t timeout_ms, char **line);
-int ctl_err_exit(const char *line);
+/* Whether a secret was given: ERR AUTH then says how to give one. */
+extern bool ask_have_secret;
+
+int ask_acquire(struct conn *c, const struct acquire_req *r, struct grant *g);
+int ask_reply(struct conn *c, int64_t timeout_ms, char **line);
+int ask_err_exit(const char *line);
 
 /* conn.c */
 

@@ -494,7 +494,7 @@ run_main(struct conn *c, const struct run_opts *o)
 	struct run r = { .o = o, .c = c, .tty = -1, .conn_up = true };
 	int rc;
 
-	if ((rc = ctl_acquire(c, &o->req, &r.g)) != 0)
+	if ((rc = ask_acquire(c, &o->req, &r.g)) != 0)
 		return rc;
 	/* A quarter of the lease between PINGs; half of it unanswered and
 	 * the broker is taken as gone (its renewals would be failing). */
