@@ -114,8 +114,10 @@ util_read_secret(const char *path)
 	FILE *f;
 	int saved;
 
-	if ((f = fopen(path, "r")) == NULL)
+	if ((f = fopen(path, "re")) == NULL)
 		return NULL;
+	setvbuf(f, NULL, _IONBF, 0); /* no copy left in a stdio buffer */
+	errno = 0;
 	if (fgets(buf, sizeof buf, f) == NULL)
 		buf[0] = '\0';
 	saved = errno;

@@ -16,6 +16,8 @@
 
 #include "lb_build.h"
 #include "lockctl.h"
+#include "util.h"
+#include "xmalloc.h"
 
 #define CTL_DEFAULT_ADDR "127.0.0.1:7878"
 #define CTL_DEFAULT_GRACE_MS 5000
@@ -322,28 +324,25 @@ static void
 ctl_read_secret(const char *path)
 {
 	const char *env = getenv("LOCKBROKER_SECRET");
-	FILE *f;
-	size_t n;
+	char *s;
 
 	if (path == NULL) {
 		if (env != NULL && strlen(env) > CTL_SECRET_MAX)
 			ctl_usage_err("$LOCKBROKER_SECRET is too long");
 		snprintf(ctl_secret, sizeof(ctl_secret), "%s", env ? env : "");
 	} else {
-		if ((f = fopen(path, "re")) == NULL)
+		/* Read as the daemon reads its secret files. */
+		if ((s = util_read_secret(path)) == NULL && errno == ENODATA)
+			ctl_usage_err("%s: no secret on the first line", path);
+		if (s == NULL)
 			err(LC_EXIT_OSERR, "%s", path);
-		setvbuf(
-		    f, NULL, _IONBF, 0); /* no copy left in a stdio buffer */
-		if (fgets(ctl_secret, sizeof(ctl_secret), f) == NULL)
-			ctl_secret[0] = '\0';
-		fclose(f);
-		n = strcspn(ctl_secret, "\r\n");
-		if (n > CTL_SECRET_MAX)
+		if (strlen(s) > CTL_SECRET_MAX) {
+			freezero_str(s);
 			ctl_usage_err("%s: the secret is longer than %d bytes",
 			    path, CTL_SECRET_MAX);
-		ctl_secret[n] = '\0';
-		if (n == 0)
-			ctl_usage_err("%s: no secret on the first line", path);
+		}
+		snprintf(ctl_secret, sizeof(ctl_secret), "%s", s);
+		freezero_str(s);
 	}
 	ask_have_secret = ctl_secret[0] != '\0';
 	for (const char *p = ctl_secret; *p != '\0'; p++)
