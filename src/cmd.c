@@ -38,26 +38,29 @@ static enum cmd_result cmd_status(struct session *, int, char **);
 static enum cmd_result cmd_validate(struct session *, int, char **);
 static enum cmd_result cmd_who(struct session *, int, char **);
 
-/* Arity counts the arguments after the verb. HELP prints the usage column. */
-static const struct cmd_entry cmd_table[] = {
-	{ "PING", 0, 0, CMD_NOAUTH, cmd_ping, "PING" },
-	{ "AUTH", 1, 1, CMD_NOAUTH, cmd_auth, "AUTH <secret>" },
-	{ "ACQUIRE", 1, 10, 0, cmd_acquire,
-	    "ACQUIRE <name> [TTL <ms>] [WAIT <ms>] [KEEP] [TOKEN <t>] "
-	    "[SHARED | LIMIT <n>]" },
-	{ "FILL", 1, 7, 0, cmd_acquire,
-	    "FILL <name> [TTL <ms>] [WAIT <ms>] [TOKEN <t>]" },
-	{ "RELEASE", 1, 3, 0, cmd_release, "RELEASE <name> [TOKEN <t>]" },
-	{ "EXTEND", 2, 4, 0, cmd_extend, "EXTEND <name> <ttl_ms> [TOKEN <t>]" },
-	{ "STATUS", 1, 1, 0, cmd_status, "STATUS <name>" },
-	{ "VALIDATE", 2, 4, 0, cmd_validate,
-	    "VALIDATE <name> <fence> [TOKEN <t>]" },
-	{ "WHO", 1, 1, 0, cmd_who, "WHO <name>" },
-	{ "REVOKE", 1, 1, 0, cmd_revoke, "REVOKE <name>" },
-	{ "LOCKS", 0, 0, 0, cmd_locks, "LOCKS" },
-	{ "INFO", 0, 0, 0, cmd_info, "INFO" },
-	{ "HELP", 0, 0, CMD_NOAUTH, cmd_help, "HELP" },
-	{ "QUIT", 0, 0, CMD_NOAUTH, cmd_quit, "QUIT" },
+/*
+ * Arity counts the arguments after the verb; options follow them. HELP and
+ * the usage error print a usage made from the table (cmd_table_init).
+ */
+#define ACQ_OPTS                                                               \
+	(CMD_OPT_TTL | CMD_OPT_WAIT | CMD_OPT_KEEP | CMD_OPT_TOKEN |           \
+	    CMD_OPT_SHARED | CMD_OPT_LIMIT)
+static struct cmd_entry cmd_table[] = {
+	{ "PING", 0, CMD_NOAUTH, cmd_ping, "", 0 },
+	{ "AUTH", 1, CMD_NOAUTH, cmd_auth, "<secret>", 0 },
+	{ "ACQUIRE", 1, 0, cmd_acquire, "<name>", ACQ_OPTS },
+	{ "FILL", 1, 0, cmd_acquire, "<name>",
+	    CMD_OPT_TTL | CMD_OPT_WAIT | CMD_OPT_TOKEN },
+	{ "RELEASE", 1, 0, cmd_release, "<name>", CMD_OPT_TOKEN },
+	{ "EXTEND", 2, 0, cmd_extend, "<name> <ttl_ms>", CMD_OPT_TOKEN },
+	{ "STATUS", 1, 0, cmd_status, "<name>", 0 },
+	{ "VALIDATE", 2, 0, cmd_validate, "<name> <fence>", CMD_OPT_TOKEN },
+	{ "WHO", 1, 0, cmd_who, "<name>", 0 },
+	{ "REVOKE", 1, 0, cmd_revoke, "<name>", 0 },
+	{ "LOCKS", 0, 0, cmd_locks, "", 0 },
+	{ "INFO", 0, 0, cmd_info, "", 0 },
+	{ "HELP", 0, CMD_NOAUTH, cmd_help, "", 0 },
+	{ "QUIT", 0, CMD_NOAUTH, cmd_quit, "", 0 },
 };
 #define CMD_COUNT (sizeof cmd_table / sizeof cmd_table[0])
 
@@ -162,23 +165,6 @@ cmd_parse_ms(
 	return -1;
 }
 
-/* "TOKEN <t>" at argv[i], the only option RELEASE, EXTEND and VALIDATE
- * take. */
-static int
-cmd_parse_token(
-    struct session *s, int argc, char **argv, int i, const char **token)
-{
-	*token = NULL;
-	if (i == argc)
-		return 0;
-	if (i + 2 != argc || !proto_keyword(argv[i], "TOKEN")) {
-		cmd_error(s, PERR_ARGS, "expected TOKEN <t>");
-		return -1;
-	}
-	*token = argv[i + 1];
-	return 0;
-}
-
 static void
 cmd_acquire_reply(struct session *s, const struct lock_result *res)
 {
@@ -196,77 +182,133 @@ cmd_acquire_reply(struct session *s, const struct lock_result *res)
 	    res->fence, res->ttl_ms, res->token);
 }
 
+/* What the options of a request said. */
+struct cmd_opts {
+	int seen; /* CMD_OPT_* */
+	uint64_t ttl_ms, wait_ms;
+	const char *token;
+	unsigned limit;
+};
+
+static int cmd_opt_ttl(struct session *, const char *, struct cmd_opts *);
+static int cmd_opt_wait(struct session *, const char *, struct cmd_opts *);
+static int cmd_opt_token(struct session *, const char *, struct cmd_opts *);
+static int cmd_opt_limit(struct session *, const char *, struct cmd_opts *);
+
+/* Every option: its keyword, its usage, and its value's parser (NULL: a
+ * flag). In the order usage shows them. */
+static const struct cmd_optdef {
+	const char *name;
+	int bit;
+	const char *usage;
+	int (*parse)(struct session *, const char *, struct cmd_opts *);
+} cmd_optdefs[] = {
+	{ "TTL", CMD_OPT_TTL, " [TTL <ms>]", cmd_opt_ttl },
+	{ "WAIT", CMD_OPT_WAIT, " [WAIT <ms>]", cmd_opt_wait },
+	{ "KEEP", CMD_OPT_KEEP, " [KEEP]", NULL },
+	{ "TOKEN", CMD_OPT_TOKEN, " [TOKEN <t>]", cmd_opt_token },
+	{ "SHARED", CMD_OPT_SHARED, " [SHARED", NULL },
+	{ "LIMIT", CMD_OPT_LIMIT, " | LIMIT <n>]", cmd_opt_limit },
+};
+#define CMD_OPTDEFS (sizeof cmd_optdefs / sizeof cmd_optdefs[0])
+
+static int
+cmd_opt_ttl(struct session *s, const char *v, struct cmd_opts *o)
+{
+	if (cmd_parse_ms(s, "TTL", v, &o->ttl_ms) != 0)
+		return -1;
+	if (o->ttl_ms == 0) {
+		cmd_error(s, PERR_ARGS, "TTL must be positive");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+cmd_opt_wait(struct session *s, const char *v, struct cmd_opts *o)
+{
+	return cmd_parse_ms(s, "WAIT", v, &o->wait_ms);
+}
+
+static int
+cmd_opt_token(struct session *s, const char *v, struct cmd_opts *o)
+{
+	o->token = v; /* the engine checks it */
+	return 0;
+}
+
 /* LIMIT <n>'s n. */
 static int
-cmd_parse_limit(struct session *s, const char *arg, unsigned *n)
+cmd_opt_limit(struct session *s, const char *arg, struct cmd_opts *o)
 {
 	uint64_t v;
 
 	if (proto_parse_u64(arg, LOCK_LIMIT_MAX, &v) == 0 && v > 0) {
-		*n = (unsigned)v;
+		o->limit = (unsigned)v;
 		return 0;
 	}
 	cmd_error(s, PERR_ARGS, "LIMIT wants 1-%d", LOCK_LIMIT_MAX);
 	return -1;
 }
 
-/* Options may come in any order, each at most once; FILL takes neither
- * KEEP nor a mode. */
-static int
-cmd_acquire_opts(struct session *s, int argc, char **argv, bool fill,
-    struct lock_acquire_args *a)
+/* The option keyword w if ce takes it, or NULL. */
+static const struct cmd_optdef *
+cmd_optdef(const struct cmd_entry *ce, const char *w)
 {
-	uint64_t wait = 0;
-	bool seen_ttl = false, seen_wait = false;
+	for (size_t i = 0; i < CMD_OPTDEFS; i++)
+		if ((ce->opts & cmd_optdefs[i].bit) &&
+		    proto_keyword(w, cmd_optdefs[i].name))
+			return &cmd_optdefs[i];
+	return NULL;
+}
 
-	a->mode = fill ? LDB_FILL : LDB_EXCLUSIVE;
-	for (int i = 2; i < argc; i++) {
-		const char *kw = argv[i];
-		bool has_value = i + 1 < argc;
+/* A word that is not an option here, a repeat, or a missing value. */
+static int
+cmd_opt_bad(struct session *s, const struct cmd_entry *ce, const char *w)
+{
+	if (ce->opts == CMD_OPT_TOKEN)
+		cmd_error(s, PERR_ARGS, "expected TOKEN <t>");
+	else
+		cmd_error(s, PERR_ARGS, "bad or repeated option '%s'", w);
+	return -1;
+}
 
-		bool shared = !fill && proto_keyword(kw, "SHARED");
-		bool limit = !fill && proto_keyword(kw, "LIMIT");
+/* The options after ce's arguments: any order, each at most once, SHARED
+ * and LIMIT not together. */
+static int
+cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
+    char **argv, struct cmd_opts *o)
+{
+	const struct cmd_optdef *d;
+	const int mode = CMD_OPT_SHARED | CMD_OPT_LIMIT;
 
-		if ((shared || limit) && a->mode != LDB_EXCLUSIVE &&
-		    a->mode != (shared ? LDB_SHARED : LDB_LIMIT)) {
+	memset(o, 0, sizeof *o);
+	for (int i = 1 + ce->min_args; i < argc; i++) {
+		if ((d = cmd_optdef(ce, argv[i])) == NULL)
+			return cmd_opt_bad(s, ce, argv[i]);
+		if ((d->bit & mode) && (o->seen & mode & ~d->bit)) {
 			cmd_error(s, PERR_ARGS,
 			    "SHARED and LIMIT exclude each other");
 			return -1;
-		} else if (shared && a->mode == LDB_EXCLUSIVE) {
-			a->mode = LDB_SHARED;
-		} else if (limit && has_value && a->mode == LDB_EXCLUSIVE) {
-			a->mode = LDB_LIMIT;
-			if (cmd_parse_limit(s, argv[++i], &a->limit) != 0)
-				return -1;
-		} else if (!fill && proto_keyword(kw, "KEEP") && !a->keep) {
-			a->keep = true;
-		} else if (proto_keyword(kw, "TTL") && has_value && !seen_ttl) {
-			seen_ttl = true;
-			if (cmd_parse_ms(s, "TTL", argv[++i], &a->ttl_ms) != 0)
-				return -1;
-			if (a->ttl_ms == 0) {
-				cmd_error(s, PERR_ARGS, "TTL must be positive");
-				return -1;
-			}
-		} else if (proto_keyword(kw, "WAIT") && has_value &&
-		    !seen_wait) {
-			seen_wait = true;
-			if (cmd_parse_ms(s, "WAIT", argv[++i], &wait) != 0)
-				return -1;
-		} else if (proto_keyword(kw, "TOKEN") && has_value &&
-		    a->token == NULL) {
-			a->token = argv[++i];
-		} else {
-			cmd_error(
-			    s, PERR_ARGS, "bad or repeated option '%s'", kw);
-			return -1;
 		}
+		if ((o->seen & d->bit) || (d->parse != NULL && i + 1 == argc))
+			return cmd_opt_bad(s, ce, argv[i]);
+		o->seen |= d->bit;
+		if (d->parse != NULL && d->parse(s, argv[++i], o) != 0)
+			return -1;
 	}
-	/* Without WAIT, the configured default (-1: as long as it takes). */
-	a->wait_ms = seen_wait ? (int64_t)wait : cmds.cf->locks.default_wait_ms;
-	/* Half-closed: nobody could cancel a wait by leaving any more. */
-	if (s->eof)
-		a->wait_ms = 0;
+	return 0;
+}
+
+/* The TOKEN option of RELEASE, EXTEND and VALIDATE (NULL: none). */
+static int
+cmd_token(struct session *s, int argc, char **argv, const char **token)
+{
+	struct cmd_opts o;
+
+	if (cmd_parse_opts(s, cmd_lookup(argv[0]), argc, argv, &o) != 0)
+		return -1;
+	*token = o.token;
 	return 0;
 }
 
@@ -275,13 +317,28 @@ cmd_acquire(struct session *s, int argc, char **argv)
 {
 	struct lock_acquire_args a = { 0 };
 	struct lock_result res;
+	struct cmd_opts o;
 	/* FILL is single-flight: the first caller is the leader (OK, and
 	 * RELEASE when the work is done); the others wait and hear DONE. */
 	bool fill = proto_keyword(argv[0], "FILL");
 	int rc;
 
-	if (cmd_acquire_opts(s, argc, argv, fill, &a) != 0)
+	if (cmd_parse_opts(s, cmd_lookup(argv[0]), argc, argv, &o) != 0)
 		return CMD_DONE;
+	a.ttl_ms = o.ttl_ms;
+	a.keep = (o.seen & CMD_OPT_KEEP) != 0;
+	a.token = o.token;
+	a.limit = o.limit;
+	a.mode = fill			? LDB_FILL
+	    : (o.seen & CMD_OPT_SHARED) ? LDB_SHARED
+	    : (o.seen & CMD_OPT_LIMIT)	? LDB_LIMIT
+					: LDB_EXCLUSIVE;
+	/* Without WAIT, the configured default (-1: as long as it takes). */
+	a.wait_ms = (o.seen & CMD_OPT_WAIT) ? (int64_t)o.wait_ms
+					    : cmds.cf->locks.default_wait_ms;
+	/* Half-closed: nobody could cancel a wait by leaving any more. */
+	if (s->eof)
+		a.wait_ms = 0;
 	rc = lock_acquire(&s->owner, argv[1], &a, &res);
 	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
 }
@@ -300,7 +357,7 @@ cmd_release(struct session *s, int argc, char **argv)
 	const char *token;
 	int rc;
 
-	if (cmd_parse_token(s, argc, argv, 2, &token) != 0)
+	if (cmd_token(s, argc, argv, &token) != 0)
 		return CMD_DONE;
 	rc = lock_release(&s->owner, argv[1], token, &res);
 	return cmd_dispatch(s, rc, &res, cmd_ok_reply);
@@ -322,7 +379,7 @@ cmd_extend(struct session *s, int argc, char **argv)
 	int rc;
 
 	if (cmd_parse_ms(s, "EXTEND", argv[2], &ttl) != 0 ||
-	    cmd_parse_token(s, argc, argv, 3, &token) != 0)
+	    cmd_token(s, argc, argv, &token) != 0)
 		return CMD_DONE;
 	rc = lock_extend(&s->owner, argv[1], ttl, token, &res);
 	return cmd_dispatch(s, rc, &res, cmd_extend_reply);
@@ -375,7 +432,7 @@ cmd_validate(struct session *s, int argc, char **argv)
 		cmd_error(s, PERR_ARGS, "a fence is a plain decimal");
 		return CMD_DONE;
 	}
-	if (cmd_parse_token(s, argc, argv, 3, &token) != 0)
+	if (cmd_token(s, argc, argv, &token) != 0)
 		return CMD_DONE;
 	rc = lock_validate(&s->owner, argv[1], fence, token, &res);
 	return cmd_dispatch(s, rc, &res, cmd_validate_reply);
@@ -727,9 +784,45 @@ cmd_secrets(const struct config *cf, char **secret, char **admin)
 	return true;
 }
 
+/* Each verb's usage and most arguments, from its arguments and options. */
+static void
+cmd_table_init(void)
+{
+	struct cmd_entry *ce;
+	size_t n;
+
+	for (ce = cmd_table; ce < cmd_table + CMD_COUNT; ce++) {
+		n = (size_t)snprintf(ce->usage, sizeof ce->usage, "%s%s%s",
+		    ce->name, ce->args[0] != '\0' ? " " : "", ce->args);
+		ce->max_args = ce->min_args;
+		for (size_t i = 0; i < CMD_OPTDEFS; i++) {
+			const struct cmd_optdef *d = &cmd_optdefs[i];
+			const char *u = d->usage;
+
+			if (!(ce->opts & d->bit))
+				continue;
+			/* SHARED and LIMIT exclude each other: together
+			 * "[SHARED | LIMIT <n>]", two words at most. */
+			if (d->bit == CMD_OPT_SHARED &&
+			    !(ce->opts & CMD_OPT_LIMIT))
+				u = " [SHARED]";
+			else if (d->bit == CMD_OPT_LIMIT &&
+			    !(ce->opts & CMD_OPT_SHARED))
+				u = " [LIMIT <n>]";
+			n += (size_t)snprintf(ce->usage + n,
+			    n < sizeof ce->usage ? sizeof ce->usage - n : 0,
+			    "%s", u);
+			if (d->bit != CMD_OPT_SHARED ||
+			    !(ce->opts & CMD_OPT_LIMIT))
+				ce->max_args += d->parse != NULL ? 2 : 1;
+		}
+	}
+}
+
 void
 cmd_init(const struct config *cf, struct event_base *base)
 {
+	cmd_table_init();
 	cmds.cf = cf;
 	cmds.base = base;
 	cmds.started_ms = mono_ms();

@@ -44,13 +44,25 @@ struct session {
 
 #define CMD_NOAUTH 0x1 /* may run before AUTH */
 
+/* The options a verb takes after its arguments, in any order, each once
+ * (cmd.c's cmd_optdefs says what each is). */
+#define CMD_OPT_TTL 0x01
+#define CMD_OPT_WAIT 0x02
+#define CMD_OPT_KEEP 0x04
+#define CMD_OPT_TOKEN 0x08
+#define CMD_OPT_SHARED 0x10
+#define CMD_OPT_LIMIT 0x20
+
 struct cmd_entry {
 	const char *name;
-	int min_args;
-	int max_args;
+	int min_args; /* its arguments, before any option */
 	int flags;
 	enum cmd_result (*fn)(struct session *, int, char **);
-	const char *usage;
+	const char *args; /* "<name>", as usage shows them */
+	int opts;	  /* CMD_OPT_* */
+	/* Made from the above by cmd_init: */
+	int max_args; /* with every option it may take */
+	char usage[128];
 };
 
 /* base NULL: no timers (lockbrokerd -t); AUTH is then never delayed. */
