@@ -467,8 +467,8 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	    evbuffer_add_cb(c->out, client_out_cb, c) == NULL)
 		fatalx("client: out of memory");
 	client_peer_name(c->peer, sizeof c->peer, sa);
-	cmd_session_init(&c->s, ++cl.next_id, c->out, client_resume, c);
-	c->s.owner.peer = c->peer;
+	cmd_session_init(
+	    &c->s, ++cl.next_id, c->peer, c->out, client_resume, c);
 	event_add(c->read_ev, NULL);
 	c->accepted_ms = c->active_ms = mono_ms();
 	client_timer_arm(c, c->accepted_ms);

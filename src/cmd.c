@@ -444,15 +444,12 @@ cmd_locks(struct session *s, int argc, char **argv)
 	const struct lock_hold *h;
 	uint64_t now = mono_ms();
 
-	TAILQ_FOREACH (h, &s->owner.holds, owner_entry)
+	for (h = lock_owner_hold(&s->owner, NULL); h != NULL;
+	     h = lock_owner_hold(&s->owner, h))
 		evbuffer_add_printf(s->out,
-		    "LOCK %s %" PRIu64 " %" PRIu64 " %s%s%s\n",
-		    lock_hold_name(h), h->fence, lock_hold_ttl_left(h, now),
-		    lock_kind_name(h->kind),
-		    h->mode == LDB_EXCLUSIVE ? "" : " ",
-		    h->mode == LDB_EXCLUSIVE
-			? ""
-			: lock_mode_name(h->mode, h->limit));
+		    "LOCK %s %" PRIu64 " %" PRIu64 " %s%s\n", lock_hold_name(h),
+		    h->fence, lock_hold_ttl_left(h, now),
+		    lock_kind_name(h->kind), lock_hold_mode_word(h));
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
 }
@@ -723,8 +720,8 @@ static const struct lock_owner_ops cmd_owner_ops = {
 };
 
 void
-cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
-    session_resume_fn *resume, void *ctx)
+cmd_session_init(struct session *s, uint64_t id, const char *peer,
+    struct evbuffer *out, session_resume_fn *resume, void *ctx)
 {
 	memset(s, 0, sizeof *s);
 	s->id = id;
@@ -732,7 +729,7 @@ cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
 	s->resume = resume;
 	s->ctx = ctx;
 	s->authed = cmds.secret[0] == '\0';
-	lock_owner_init(&s->owner, id, &cmd_owner_ops);
+	lock_owner_init(&s->owner, id, &cmd_owner_ops, peer);
 }
 
 void

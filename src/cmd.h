@@ -71,8 +71,9 @@ void cmd_reload(void);
 void cmd_shutdown(void);
 const struct cmd_entry *cmd_lookup(const char *verb);
 
-void cmd_session_init(struct session *s, uint64_t id, struct evbuffer *out,
-    session_resume_fn *resume, void *ctx);
+/* peer: "ip:port", "[ip6]:port" or "unix" (the string must outlive s). */
+void cmd_session_init(struct session *s, uint64_t id, const char *peer,
+    struct evbuffer *out, session_resume_fn *resume, void *ctx);
 /* The connection is gone; vanished: without QUIT or a stop of ours. */
 void cmd_session_end(struct session *s, bool vanished);
 

@@ -526,12 +526,13 @@ lock_revoke(struct lock_owner *o, const char *name, struct lock_result *res)
 }
 
 void
-lock_owner_init(
-    struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops)
+lock_owner_init(struct lock_owner *o, uint64_t id,
+    const struct lock_owner_ops *ops, const char *peer)
 {
 	memset(o, 0, sizeof *o);
 	o->id = id;
 	o->ops = ops;
+	o->peer = peer;
 	TAILQ_INIT(&o->holds);
 }
 
@@ -568,6 +569,24 @@ const char *
 lock_hold_name(const struct lock_hold *h)
 {
 	return h->ln->name;
+}
+
+const struct lock_hold *
+lock_owner_hold(const struct lock_owner *o, const struct lock_hold *prev)
+{
+	return prev == NULL ? TAILQ_FIRST(&o->holds)
+			    : TAILQ_NEXT(prev, owner_entry);
+}
+
+const char *
+lock_hold_mode_word(const struct lock_hold *h)
+{
+	static char buf[32];
+
+	if (h->mode == LDB_EXCLUSIVE)
+		return "";
+	snprintf(buf, sizeof buf, " %s", lock_mode_name(h->mode, h->limit));
+	return buf;
 }
 
 uint64_t

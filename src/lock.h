@@ -114,8 +114,8 @@ void lock_shutdown(void);
  */
 bool lock_owner_eof(struct lock_owner *o);
 
-void lock_owner_init(
-    struct lock_owner *o, uint64_t id, const struct lock_owner_ops *ops);
+void lock_owner_init(struct lock_owner *o, uint64_t id,
+    const struct lock_owner_ops *ops, const char *peer);
 /*
  * The owner is going away: leave the queue, release what it held. When it
  * vanished (no QUIT) the locks are kept for locks.lock_delay_ms first.
@@ -146,6 +146,12 @@ const char *lock_kind_name(enum lock_kind kind);
 /* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
 const char *lock_mode_name(enum lockdb_mode mode, unsigned limit);
 const char *lock_hold_name(const struct lock_hold *h);
+/* o's holds in grant order: the first after prev (NULL: the first). */
+const struct lock_hold *lock_owner_hold(
+    const struct lock_owner *o, const struct lock_hold *prev);
+/* LOCKS's mode word with its space: "" for exclusive, else " SHARED",
+ * " FILL" or " LIMIT=<n>". */
+const char *lock_hold_mode_word(const struct lock_hold *h);
 /* Milliseconds of trusted validity left (0 when past it). */
 uint64_t lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms);
 

@@ -87,7 +87,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ready = true;
 	}
 	out = evbuffer_new();
-	cmd_session_init(&s, 1, out, fuzz_resume, NULL);
+	cmd_session_init(&s, 1, NULL, out, fuzz_resume, NULL);
 	/* The first byte decides whether this session has AUTHed. */
 	s.authed = size > 0 && (data[0] & 1);
 	while (i < size) {

@@ -80,7 +80,7 @@ run(const char *line, enum cmd_result *res)
 	char *text;
 
 	memcpy(buf, line, len + 1);
-	cmd_session_init(&s, 1, out, resume_never, NULL);
+	cmd_session_init(&s, 1, NULL, out, resume_never, NULL);
 	/* Lines separated by LF run one after the other on the session. */
 	for (char *p = buf, *nl; p != NULL; p = nl) {
 		if ((nl = strchr(p, '\n')) != NULL)

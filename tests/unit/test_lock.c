@@ -95,7 +95,7 @@ START_TEST(test_answer_once)
 	struct lock_owner o;
 	struct lock_req *req;
 
-	lock_owner_init(&o, 1, &ops);
+	lock_owner_init(&o, 1, &ops, NULL);
 	req = lockreq_new(OP_STATUS, &o, "a", NULL);
 	ck_assert_ptr_eq(o.pending, req);
 	ck_assert_ptr_eq(req->ln, lockreq_name_find("a"));
@@ -126,7 +126,7 @@ START_TEST(test_db_errors)
 		PERR_INTERNAL };
 	struct lock_owner o;
 
-	lock_owner_init(&o, 2, &ops);
+	lock_owner_init(&o, 2, &ops, NULL);
 	for (int i = 0; i < 3; i++) {
 		struct lock_req *req = lockreq_new(OP_EXTEND, &o, "b", "t");
 
