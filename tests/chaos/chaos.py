@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -257,6 +258,16 @@ def _judge(res):
         res["checks"]["liveness"]["violations"].append(
             "workers did not stop: %s" % res["workers_alive_at_end"])
     res["ok"] = res["violations"] == 0
+    if not res["ok"] and res["variant"] == "none":
+        # What the clients saw, for a post-mortem of the violations (the
+        # checkers are pure functions of it).
+        fd, path = tempfile.mkstemp(prefix="lockbroker-chaos-journal-",
+                                    suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({k: res[k] for k in ("records", "writes", "faults",
+                                           "t_end")}, f)
+        res["journal"] = path
+        print("chaos: the journals are in %s" % path)
     del res["records"], res["writes"]
     return res
 
