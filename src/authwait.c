@@ -80,14 +80,12 @@ authwait_slot(const char *peer, uint64_t now_ms)
 }
 
 void
-authwait_result(const char *peer, bool ok, uint64_t now_ms)
+authwait_passed(const char *peer, uint64_t now_ms)
 {
 	struct authwait_peer *p = authwait_find(peer, now_ms);
 
-	if (ok) {
-		p->fails = 0;
-		p->next_ms = now_ms;
-	}
+	p->fails = 0;
+	p->next_ms = now_ms;
 }
 
 void

@@ -8,7 +8,6 @@
 #ifndef LB_AUTHWAIT_H
 #define LB_AUTHWAIT_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 /* The first delay after a failure and its cap, in ms; a peer quiet for
@@ -20,8 +19,9 @@
 /* When an AUTH from peer ("ip:port", "[ip6]:port" or "unix") may be
  * judged (>= now_ms); the slot is taken. */
 uint64_t authwait_slot(const char *peer, uint64_t now_ms);
-/* The AUTH judged at now_ms was right (the peer starts afresh) or wrong. */
-void authwait_result(const char *peer, bool ok, uint64_t now_ms);
+/* An AUTH from peer was right at now_ms: it starts afresh. (A wrong one
+ * needs no word: its slot already pushed the next one out.) */
+void authwait_passed(const char *peer, uint64_t now_ms);
 /* Forget every peer (tests). */
 void authwait_reset(void);
 

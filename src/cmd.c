@@ -512,8 +512,8 @@ cmd_auth_judge(struct session *s, const char *secret)
 	bool user =
 	    cmds.secret[0] != '\0' && util_secret_equal(secret, cmds.secret);
 
-	authwait_result(cmd_peer(s), admin || user, mono_ms());
 	if (admin || user) {
+		authwait_passed(cmd_peer(s), mono_ms());
 		s->authed = true;
 		s->admin = s->admin || admin;
 		evbuffer_add(s->out, "OK\n", 3);

@@ -170,9 +170,8 @@ lockhold_token_busy(struct lock_name *ln, const char *token,
 	TAILQ_FOREACH (req, &ln->waiters, queue_entry)
 		if (req->owner != o && strcmp(req->token, token) == 0)
 			return true;
-	LIST_FOREACH (req, &ln->asking, asking_entry)
-		if (req->op == OP_ACQUIRE && strcmp(req->token, token) == 0)
-			return true; /* a same-token re-grant in Redis */
+	if (lockreq_token_acquiring(ln, token, NULL))
+		return true; /* a same-token re-grant in Redis */
 	if (o != NULL && o->pending != NULL && o->pending->ln == ln &&
 	    strcmp(o->pending->token, token) == 0)
 		return true; /* its own ACQUIRE/EXTEND decides */

@@ -178,11 +178,7 @@ lockq_token_used(
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
 		if (r != req && strcmp(r->token, token) == 0)
 			return true;
-	LIST_FOREACH (r, &ln->asking, asking_entry)
-		if (r != req && r->op == OP_ACQUIRE &&
-		    strcmp(r->token, token) == 0)
-			return true;
-	return false;
+	return lockreq_token_acquiring(ln, token, req);
 }
 
 /*

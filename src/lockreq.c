@@ -156,6 +156,19 @@ lockreq_asking(struct lock_req *req)
 	LIST_INSERT_HEAD(&req->ln->asking, req, asking_entry);
 }
 
+bool
+lockreq_token_acquiring(const struct lock_name *ln, const char *token,
+    const struct lock_req *except)
+{
+	const struct lock_req *r;
+
+	LIST_FOREACH (r, &ln->asking, asking_entry)
+		if (r != except && r->op == OP_ACQUIRE &&
+		    strcmp(r->token, token) == 0)
+			return true;
+	return false;
+}
+
 void
 lockreq_unask(struct lock_req *req)
 {

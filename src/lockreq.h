@@ -145,6 +145,9 @@ void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
 
 /* req (a same-token ACQUIRE or a RELEASE) is in Redis until freed. */
 void lockreq_asking(struct lock_req *req);
+/* Whether a same-token ACQUIRE other than except is in Redis for ln. */
+bool lockreq_token_acquiring(const struct lock_name *ln, const char *token,
+    const struct lock_req *except);
 /* req's answer came: out of ln->asking. */
 void lockreq_unask(struct lock_req *req);
 /* An ACQUIRE by req's token is being sent: a release of that token owed

@@ -70,6 +70,8 @@ if v == '=shared' then
     local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
     return refuse(tonumber(top[2]) - now, 0, 1)
   end
+  -- Granted as a free name is at the top (inline there: the hot path
+  -- defines no function).
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   local f = redis.pcall('INCR', KEYS[2])
   if type(f) ~= 'number' then
