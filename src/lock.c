@@ -1,8 +1,9 @@
 /*
  * lock: the lock engine's entry points. Decisions that must be atomic are
  * lockdb's scripts; the engine's parts keep what this broker's clients hold
- * (lockhold) and wait for (lockq), on the name table and request records of
- * lockreq, with releases nobody waits for in lockrel. This file checks and
+ * (lock_hold) and wait for (lock_queue), on the name table (lock_name) and
+ * request records (lock_req), with releases nobody waits for in
+ * lock_release. This file checks and
  * starts each request and finishes the ones that do not wait.
  */
 #include <sys/queue.h>
@@ -18,13 +19,15 @@
 #include "config.h"
 #include "lock.h"
 #include "lockdb.h"
-#include "lockhold.h"
-#include "lockq.h"
-#include "lockrel.h"
-#include "lockreq.h"
+#include "lock_hold.h"
+#include "lock_queue.h"
+#include "lock_release.h"
+#include "lock_req.h"
 #include "log.h"
 #include "stats.h"
 #include "xmalloc.h"
+
+static const struct config *cf;
 
 static struct lock_hold *lock_hold_of(struct lock_name *ln, const char *token);
 
@@ -52,12 +55,12 @@ lock_check_ttl(uint64_t ttl_ms, struct lock_result *res)
 {
 	static char text[96];
 
-	if (ttl_ms >= (uint64_t)lk.cf->locks.min_ttl_ms &&
-	    ttl_ms <= (uint64_t)lk.cf->locks.max_ttl_ms)
+	if (ttl_ms >= (uint64_t)cf->locks.min_ttl_ms &&
+	    ttl_ms <= (uint64_t)cf->locks.max_ttl_ms)
 		return true;
 	snprintf(text, sizeof text,
 	    "ttl must be between %" PRId64 " and %" PRId64 " ms",
-	    lk.cf->locks.min_ttl_ms, lk.cf->locks.max_ttl_ms);
+	    cf->locks.min_ttl_ms, cf->locks.max_ttl_ms);
 	lockreq_set_err(res, PERR_ARGS, text);
 	return false;
 }
@@ -70,7 +73,7 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 	struct lock_hold *h;
 	struct lock_name *ln;
 
-	if (lk.stopping) {
+	if (lockq_stopping()) {
 		lockreq_set_err(res, PERR_SHUTDOWN, "the broker is stopping");
 		return false;
 	}
@@ -91,18 +94,18 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 		return false;
 	}
 	if (h == NULL &&
-	    o->nholds >= (unsigned)lk.cf->limits.max_locks_per_client) {
+	    o->nholds >= (unsigned)cf->limits.max_locks_per_client) {
 		lockreq_set_err(
 		    res, PERR_LIMIT, "too many locks on this connection");
 		return false;
 	}
 	if (a->wait_ms != 0 &&
-	    lk.nwaiters >= (unsigned)lk.cf->limits.max_waiters) {
+	    lockq_waiters() >= (unsigned)cf->limits.max_waiters) {
 		lockreq_set_err(res, PERR_LIMIT, "too many waiters");
 		return false;
 	}
 	/* A try-once never jumps a queue: someone holds it, others wait. */
-	ln = lockreq_name_find(name);
+	ln = lockname_find(name);
 	if (a->wait_ms == 0 && ln != NULL && !TAILQ_EMPTY(&ln->waiters) &&
 	    lock_hold_of(ln, a->token) == NULL) {
 		STAT_INC(timeouts_total);
@@ -124,11 +127,11 @@ lock_regrant_replicas_cb(const struct lockdb_reply *r, void *arg)
 	struct lockdb_reply granted = { LDB_OK, req->fence, 0 };
 
 	if (r->status == LDB_OK &&
-	    r->fence >= (uint64_t)lk.cf->redis.wait_replicas) {
+	    r->fence >= (uint64_t)cf->redis.wait_replicas) {
 		lock_regrant_cb(&granted, req);
 		return;
 	}
-	req->in_flight = false;
+	lockreq_landed(req);
 	lockreq_answer_err(req, PERR_UNAVAILABLE,
 	    "the grant did not reach redis.wait_replicas replicas in time");
 	lockreq_free(req);
@@ -144,16 +147,16 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	/* Answered: it no longer keeps its token busy (a grant nobody
 	 * wants any more is released below). */
 	lockreq_unask(req);
-	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
+	if (r->status == LDB_OK && cf->redis.wait_replicas > 0 &&
 	    !req->replicating) {
 		req->replicating = true;
 		req->fence = r->fence;
-		lockdb_wait(req->ln->name, lk.cf->redis.wait_replicas,
-		    (uint64_t)lk.cf->redis.command_timeout_ms / 2,
+		lockdb_wait(req->ln->name, cf->redis.wait_replicas,
+		    (uint64_t)cf->redis.command_timeout_ms / 2,
 		    lock_regrant_replicas_cb, req);
 		return;
 	}
-	req->in_flight = false;
+	lockreq_landed(req);
 	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
 		/* The token's holds here assumed this lease when it was
 		 * sent: they end now, and the last of them releases it. */
@@ -205,8 +208,7 @@ lock_acquire(struct lock_owner *o, const char *name,
 	req->kind = a->ttl_ms == 0 ? LOCK_SESSION
 	    : a->keep		   ? LOCK_KEEP
 				   : LOCK_FIXED;
-	req->ttl_ms =
-	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)lk.cf->locks.lease_ms;
+	req->ttl_ms = a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)cf->locks.lease_ms;
 	req->wait_ms = a->wait_ms;
 	req->mode = a->mode;
 	req->limit = a->limit;
@@ -216,10 +218,10 @@ lock_acquire(struct lock_owner *o, const char *name,
 		struct lockdb_ask ask;
 		char info[LOCKREQ_INFO];
 
-		req->in_flight = true;
+		lockreq_send(req);
 		lockreq_asking(req);
 		lockreq_token_asks(req);
-		req->sub_epoch = lk.sub_epoch;
+		req->sub_epoch = lockq_sub_epoch();
 		lockhold_assume(req);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
@@ -294,7 +296,6 @@ static void
 lock_handover_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg, *next = req->next;
-	struct lock_name *ln = next->ln;
 	/* Unanswered, it may have been granted: the head's own retry (same
 	 * token) finds out. */
 	struct lockdb_reply head = { r->status, r->fence, 0, r->busy };
@@ -310,14 +311,7 @@ lock_handover_cb(const struct lockdb_reply *r, void *arg)
 	/* Not the releaser's to give, released with no fence for the head,
 	 * or a bad reply: the head never tried, so the claim is undone and
 	 * it tries on its own, now. */
-	ln->refs++;
-	next->tries--;
-	next->in_flight = false;
-	ln->attempting = false;
-	if (!next->queued)
-		lockreq_free(next); /* it left meanwhile */
-	lockq_kick(ln);
-	lockreq_name_unref(ln);
+	lockq_unclaim(next);
 }
 
 int
@@ -332,7 +326,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
 	req = lockreq_new(OP_RELEASE, o, name, token);
-	req->in_flight = true;
+	lockreq_send(req);
 	lockreq_asking(req);
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
@@ -350,7 +344,7 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 		    name, req->token, req->fence, &ask, lock_handover_cb, req);
 	} else {
 		lockdb_release(name, req->token, req->fence, req->done,
-		    config_mark_ms(lk.cf), lock_release_cb, req);
+		    config_mark_ms(cf), lock_release_cb, req);
 	}
 	/* Other connections holding the grant: gone from now on. */
 	lockhold_release_sent(req->ln, req->token, o);
@@ -400,7 +394,7 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 	}
 	req = lockreq_new(OP_EXTEND, o, name, token);
 	req->ttl_ms = ttl_ms;
-	req->in_flight = true;
+	lockreq_send(req);
 	lockhold_assume(req);
 	lockdb_extend(name, req->token, 0, ttl_ms, lock_extend_cb, req);
 	return 0;
@@ -441,7 +435,7 @@ lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 	if (!lock_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_STATUS, o, name, NULL);
-	req->in_flight = true;
+	lockreq_send(req);
 	lockdb_status(name, 0, NULL, lock_status_cb, req);
 	return 0;
 }
@@ -456,7 +450,7 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 		return -1;
 	req = lockreq_new(OP_VALIDATE, o, name, token);
 	req->fence = fence;
-	req->in_flight = true;
+	lockreq_send(req);
 	lockdb_status(name, fence, token, lock_status_cb, req);
 	return 0;
 }
@@ -485,7 +479,7 @@ lock_who(struct lock_owner *o, const char *name, struct lock_result *res)
 	if (!lock_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_WHO, o, name, NULL);
-	req->in_flight = true;
+	lockreq_send(req);
 	lockdb_who(name, lock_who_cb, req);
 	return 0;
 }
@@ -519,9 +513,9 @@ lock_revoke(struct lock_owner *o, const char *name, struct lock_result *res)
 	if (!lock_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_REVOKE, o, name, NULL);
-	req->in_flight = true;
+	lockreq_send(req);
 	lockdb_revoke(
-	    name, (uint64_t)lk.cf->locks.max_ttl_ms, lock_revoke_cb, req);
+	    name, (uint64_t)cf->locks.max_ttl_ms, lock_revoke_cb, req);
 	return 0;
 }
 
@@ -632,27 +626,27 @@ lock_owner_eof(struct lock_owner *o)
 static void
 lock_released(const char *name)
 {
-	struct lock_name *ln = lockreq_name_find(name);
+	struct lock_name *ln = lockname_find(name);
 
 	if (ln != NULL)
 		lockq_kick(ln);
 }
 
 void
-lock_init(struct event_base *base, const struct config *cf)
+lock_init(struct event_base *base, const struct config *config)
 {
-	lockreq_init(base, cf);
+	cf = config;
+	lockreq_init(base);
 	lockrel_init(base, cf, lock_released);
-	lockhold_init(lockq_kick);
-	lockdb_init(cf->redis.prefix, lk.broker);
-	lockq_init();
+	lockhold_init(base, cf, lockq_kick);
+	lockdb_init(cf->redis.prefix, lockreq_broker());
+	lockq_init(base, cf);
 }
 
 /* A graceful stop: every waiter here is told ERR SHUTDOWN. */
 void
 lock_stop(void)
 {
-	lk.stopping = true;
 	lockrel_stop();
 	lockq_stop();
 }

@@ -12,7 +12,8 @@
 
 #include "config.h"
 #include "lock.h"
-#include "lockreq.h"
+#include "lock_name.h"
+#include "lock_req.h"
 #include "redisc.h"
 
 static struct config cf;
@@ -58,6 +59,21 @@ teardown(void)
 	config_free(&cf);
 }
 
+static void
+count_name(struct lock_name *ln, void *arg)
+{
+	(*(size_t *)arg)++;
+}
+
+static size_t
+names_now(void)
+{
+	size_t n = 0;
+
+	lockname_foreach(count_name, &n);
+	return n;
+}
+
 /* Thousands of names: each found while referred to, gone after, and the
  * table grows past its first 64 buckets without losing any. */
 START_TEST(test_name_table)
@@ -68,24 +84,25 @@ START_TEST(test_name_table)
 
 	for (int i = 0; i < N; i++) {
 		snprintf(name, sizeof name, "n%d", i);
-		ln[i] = lockreq_name_ref(name);
+		ln[i] = lockname_ref(name);
 		ck_assert_str_eq(ln[i]->name, name);
 	}
-	ck_assert_uint_eq(lk.nnames, N);
-	ck_assert_uint_ge(lk.nbuckets, N);
+	ck_assert_uint_eq(names_now(), N);
+	ck_assert_uint_ge(lockname_buckets(), N);
 	for (int i = 0; i < N; i++) {
 		snprintf(name, sizeof name, "n%d", i);
-		ck_assert_ptr_eq(lockreq_name_find(name), ln[i]);
+		ck_assert_ptr_eq(lockname_find(name), ln[i]);
 		/* A second reference is the same entry. */
-		ck_assert_ptr_eq(lockreq_name_ref(name), ln[i]);
+		ck_assert_ptr_eq(lockname_ref(name), ln[i]);
 		ck_assert_uint_eq(ln[i]->refs, 2);
-		lockreq_name_unref(ln[i]);
+		lockname_unref(ln[i]);
 	}
-	ck_assert_ptr_null(lockreq_name_find("n-none"));
+	ck_assert_ptr_null(lockname_find("n-none"));
 	for (int i = 0; i < N; i++)
-		lockreq_name_unref(ln[i]);
-	ck_assert_uint_eq(lk.nnames, 0);
-	ck_assert_ptr_null(lockreq_name_find("n0"));
+		lockname_unref(ln[i]);
+	ck_assert_uint_eq(names_now(), 0);
+	ck_assert_uint_eq(lockname_buckets(), 64);
+	ck_assert_ptr_null(lockname_find("n0"));
 }
 END_TEST
 
@@ -98,7 +115,7 @@ START_TEST(test_answer_once)
 	lock_owner_init(&o, 1, &ops, NULL);
 	req = lockreq_new(OP_STATUS, &o, "a", NULL);
 	ck_assert_ptr_eq(o.pending, req);
-	ck_assert_ptr_eq(req->ln, lockreq_name_find("a"));
+	ck_assert_ptr_eq(req->ln, lockname_find("a"));
 	lockreq_answer_status(req, LOCK_FREE);
 	ck_assert_int_eq(done_calls, 1);
 	ck_assert_int_eq(last.status, LOCK_FREE);
@@ -108,7 +125,7 @@ START_TEST(test_answer_once)
 	lockreq_answer_err(req, PERR_UNAVAILABLE, "late");
 	ck_assert_int_eq(done_calls, 1);
 	lockreq_free(req);
-	ck_assert_ptr_null(lockreq_name_find("a"));
+	ck_assert_ptr_null(lockname_find("a"));
 	lock_owner_gone(&o, false);
 }
 END_TEST

@@ -1,12 +1,12 @@
 /*
- * lockreq: what the engine's parts share: the name table (per name, the
- * holds and the queue of waiting requests here), the request records, and
- * answering a request's owner once. Built on lockrel (an unsure try is
- * owed to Redis when freed); lockhold, lockq and lock build on it, and it
- * calls none of them.
+ * lock_req: the request records every part of the engine passes around,
+ * and answering a request's owner once. Built on lock_name (a request
+ * refers to its name) and lock_release (an unsure try is owed to Redis
+ * when freed); lock_hold, lock_queue and lock build on it, and it calls
+ * none of them.
  */
-#ifndef LB_LOCKREQ_H
-#define LB_LOCKREQ_H
+#ifndef LB_LOCK_REQ_H
+#define LB_LOCK_REQ_H
 
 #include <sys/queue.h>
 
@@ -14,12 +14,12 @@
 #include <stdint.h>
 
 #include "lock.h"
+#include "lock_name.h"
 #include "lockdb.h"
 #include "proto.h"
 
 struct event;
 struct event_base;
-struct config;
 
 enum lock_op {
 	OP_ACQUIRE,
@@ -71,56 +71,14 @@ struct lock_req {
 	uint64_t tried_us;     /* the last try was sent (FILL's watch) */
 	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
 	uint64_t lease_seq;    /* numbered by lockhold_assume when sent */
-	uint64_t sub_epoch;    /* lk.sub_epoch when an ACQUIRE was sent */
+	uint64_t sub_epoch;    /* lockq_sub_epoch() when an ACQUIRE was sent */
 	struct event *deadline_ev;
 };
 
-/* Per name: the local holds and the local queue, alive while referenced. */
-struct lock_name {
-	LIST_ENTRY(lock_name) entry;
-	LIST_HEAD(, lock_hold) holds;
-	TAILQ_HEAD(, lock_req) waiters;
-	/* In Redis without a place in the queue: same-token ACQUIREs (they
-	 * keep their token busy) and RELEASEs (an ACQUIRE of the token makes
-	 * them not redone). */
-	LIST_HEAD(, lock_req) asking;
-	unsigned refs;
-	struct event *retry_ev; /* the head's next attempt; made when needed */
-	uint64_t backoff_ms;
-	bool attempting;   /* the head's attempt is in Redis */
-	bool kicked;	   /* a release was seen while it was */
-	uint64_t revoked;  /* the last REVOKE's fence heard of (0: none) */
-	uint64_t heard[4]; /* fences another broker released or shortened */
-	unsigned nheard;
-	char name[];
-};
-LIST_HEAD(lock_bucket, lock_name);
-
-/* The engine's state, shared by its parts. */
-struct lock_engine {
-	struct event_base *base;
-	const struct config *cf;
-	struct lock_bucket *buckets;
-	size_t nbuckets;
-	size_t nnames;
-	uint64_t lease_seq; /* requests that may set a lease, numbered */
-	uint64_t sub_epoch; /* the subscriptions made (messages missed) */
-	size_t nreqs;	    /* requests alive */
-	size_t peak;	    /* nnames + nreqs at most since the last trim */
-	struct event *trim_ev;
-	unsigned nwaiters;
-	bool stopping;	  /* SIGTERM: no more waiting */
-	char broker[128]; /* "<hostname>:<pid>:<random>", for WHO */
-};
-extern struct lock_engine lk;
-
-void lockreq_init(struct event_base *base, const struct config *cf);
+void lockreq_init(struct event_base *base);
 void lockreq_shutdown(void);
-
-/* The entry for name, or NULL; _ref makes it if needed and refers to it. */
-struct lock_name *lockreq_name_find(const char *name);
-struct lock_name *lockreq_name_ref(const char *name);
-void lockreq_name_unref(struct lock_name *ln);
+/* "<hostname>:<pid>:<random>": this broker in WHO entries and messages. */
+const char *lockreq_broker(void);
 
 /* A request by o (or nobody) on name; it becomes o's pending one. */
 struct lock_req *lockreq_new(
@@ -143,6 +101,10 @@ void lockreq_answer_db_error(
 void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
     struct lockdb_ask *a, char *info, size_t len);
 
+/* req goes to Redis (it must not be freed until its answer comes), and
+ * its answer came. */
+void lockreq_send(struct lock_req *req);
+void lockreq_landed(struct lock_req *req);
 /* req (a same-token ACQUIRE or a RELEASE) is in Redis until freed. */
 void lockreq_asking(struct lock_req *req);
 /* Whether a same-token ACQUIRE other than except is in Redis for ln. */

@@ -1,5 +1,5 @@
 /*
- * lockhold: what this broker's clients hold: a hold per granted lock, its
+ * lock_hold: what this broker's clients hold: a hold per granted lock, its
  * validity on the monotonic clock (docs/protocol.md §3), session leases
  * renewed every lease/3, max_hold_ms, and EVENT LOST the moment a hold can
  * no longer be trusted. A lost hold lets the name's queue try, through the
@@ -16,16 +16,19 @@
 
 #include "config.h"
 #include "lockdb.h"
-#include "lockhold.h"
-#include "lockrel.h"
-#include "lockreq.h"
+#include "lock_hold.h"
+#include "lock_release.h"
+#include "lock_req.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
 
 static struct {
+	struct event_base *base;
+	const struct config *cf;
 	lockhold_kick_fn *kick;
+	uint64_t lease_seq; /* requests that may set a lease, numbered */
 } hold;
 
 static const char *const lockhold_lost_reasons[] = { "expired", "stolen",
@@ -64,7 +67,7 @@ lockhold_free(struct lock_hold *h)
 		event_free(h->renew_ev);
 	if (h->maxhold_ev != NULL)
 		event_free(h->maxhold_ev);
-	lockreq_name_unref(h->ln);
+	lockname_unref(h->ln);
 	STAT_DEC(locks_held);
 	free(h);
 }
@@ -74,7 +77,7 @@ lockhold_free(struct lock_hold *h)
 struct lock_hold *
 lockhold_find(struct lock_owner *o, const char *name)
 {
-	struct lock_name *ln = lockreq_name_find(name);
+	struct lock_name *ln = lockname_find(name);
 	struct lock_hold *h;
 
 	if (ln == NULL)
@@ -111,10 +114,10 @@ void
 lockhold_assume(struct lock_req *req)
 {
 	uint64_t end = util_validity_end(
-	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	    req->start_ms, req->ttl_ms, hold.cf->locks.clock_drift);
 	struct lock_hold *h;
 
-	req->lease_seq = ++lk.lease_seq;
+	req->lease_seq = ++hold.lease_seq;
 	LIST_FOREACH (h, &req->ln->holds, name_entry) {
 		if (strcmp(h->token, req->token) != 0 ||
 		    !lockhold_same_family(h, req))
@@ -137,7 +140,7 @@ void
 lockhold_lease(const struct lock_req *req, uint64_t fence)
 {
 	uint64_t end = util_validity_end(
-	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	    req->start_ms, req->ttl_ms, hold.cf->locks.clock_drift);
 	struct lock_hold *h;
 
 	LIST_FOREACH (h, &req->ln->holds, name_entry) {
@@ -193,7 +196,7 @@ lockhold_lost(struct lock_hold *h, enum lock_lost why)
 	stats[STAT_lost_expired_total + why]++;
 	log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s", o->id,
 	    ln->name, fence, lockhold_lost_reasons[why]);
-	ln->refs++;
+	lockname_pin(ln);
 	if (why != LOST_STOLEN && why != LOST_REVOKED &&
 	    !lockhold_token_busy(ln, h->token, h, o))
 		lockrel_release(ln->name, h->token, h->fence,
@@ -201,7 +204,7 @@ lockhold_lost(struct lock_hold *h, enum lock_lost why)
 	lockhold_free(h);
 	o->ops->lost(o, ln->name, fence, lockhold_lost_reasons[why]);
 	hold.kick(ln);
-	lockreq_name_unref(ln);
+	lockname_unref(ln);
 }
 
 static void
@@ -231,7 +234,7 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct lock_req *req;
 
 	/* Every third of the lease in force now (a reload may change it). */
-	lockreq_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
+	lockreq_timer(h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
 	if (h->renewing != NULL)
 		return; /* the last one is still out; its answer decides */
 	if (o->pending != NULL && o->pending->ln == h->ln &&
@@ -239,8 +242,8 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 		return; /* its own ACQUIRE or EXTEND sets the lease now */
 	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
 	req->hold = h;
-	req->in_flight = true;
-	req->ttl_ms = (uint64_t)lk.cf->locks.lease_ms;
+	lockreq_send(req);
+	req->ttl_ms = (uint64_t)hold.cf->locks.lease_ms;
 	h->renewing = req;
 	/* A reload may have shortened lease_ms. */
 	lockhold_assume(req);
@@ -275,7 +278,7 @@ static struct event *
 lockhold_event(struct lock_hold *h, event_callback_fn fn, bool persist)
 {
 	struct event *ev =
-	    event_new(lk.base, -1, persist ? EV_PERSIST : 0, fn, h);
+	    event_new(hold.base, -1, persist ? EV_PERSIST : 0, fn, h);
 
 	if (ev == NULL)
 		fatalx("lock: event_new failed");
@@ -302,13 +305,13 @@ struct lock_hold *
 lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 {
 	struct lock_hold *h = lockhold_find(o, req->ln->name);
-	uint64_t max_hold = (uint64_t)lk.cf->locks.max_hold_ms;
+	uint64_t max_hold = (uint64_t)hold.cf->locks.max_hold_ms;
 
 	if (h == NULL) {
 		h = xcalloc(1, sizeof *h);
 		h->owner = o;
 		h->ln = req->ln;
-		h->ln->refs++;
+		lockname_pin(h->ln);
 		h->granted_ms = req->start_ms;
 		h->granted_us = mono_us();
 		h->expire_ev = lockhold_event(h, lockhold_expire_cb, false);
@@ -333,7 +336,8 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	lockhold_same_grant(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
 		h->renew_ev = lockhold_event(h, lockhold_renew_timer_cb, false);
-		lockreq_timer(h->renew_ev, (uint64_t)lk.cf->locks.lease_ms / 3);
+		lockreq_timer(
+		    h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
 	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
 		event_free(h->renew_ev);
 		h->renew_ev = NULL;
@@ -379,15 +383,15 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_req *req = arg;
 	struct lock_hold *h = req->hold;
 
-	req->in_flight = false;
+	lockreq_landed(req);
 	if (h != NULL &&
 	    (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL)) {
 		if (req->deadline_ev == NULL &&
 		    (req->deadline_ev = evtimer_new(
-			 lk.base, lockhold_check_retry_cb, req)) == NULL)
+			 hold.base, lockhold_check_retry_cb, req)) == NULL)
 			fatalx("lock: evtimer_new failed");
 		lockreq_timer(req->deadline_ev,
-		    (uint64_t)lk.cf->redis.command_timeout_ms);
+		    (uint64_t)hold.cf->redis.command_timeout_ms);
 		return;
 	}
 	if (h != NULL && r->status == LDB_OK && req->again) {
@@ -408,7 +412,7 @@ lockhold_check_send(struct lock_req *req)
 {
 	struct lock_hold *h = req->hold;
 
-	req->in_flight = true;
+	lockreq_send(req);
 	req->again = false;
 	lockdb_check(h->ln->name, h->token, h->fence, lockhold_check_cb, req);
 }
@@ -482,7 +486,10 @@ lockhold_revoked(struct lock_name *ln, uint64_t fence)
 }
 
 void
-lockhold_init(lockhold_kick_fn *kick)
+lockhold_init(
+    struct event_base *base, const struct config *cf, lockhold_kick_fn *kick)
 {
+	hold.base = base;
+	hold.cf = cf;
 	hold.kick = kick;
 }

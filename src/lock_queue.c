@@ -1,9 +1,10 @@
 /*
- * lockq: waiting. Each name has a FIFO queue of this broker's waiting
+ * lock_queue: waiting. Each name has a FIFO queue of this broker's waiting
  * ACQUIREs, and only its head talks to Redis: at once when a release is
  * seen (pub/sub, a local release or loss), when the holder's lease runs
  * out, or after a jittered back-off. A RELEASE with a local head hands the
- * lock over in one script. Built on lockreq, lockhold and lockrel.
+ * lock over in one script. Built on lock_name, lock_req, lock_hold and
+ * lock_release.
  */
 #include <sys/queue.h>
 
@@ -17,14 +18,24 @@
 #include "chaos.h"
 #include "config.h"
 #include "lockdb.h"
-#include "lockhold.h"
-#include "lockq.h"
-#include "lockrel.h"
-#include "lockreq.h"
+#include "lock_hold.h"
+#include "lock_queue.h"
+#include "lock_release.h"
+#include "lock_req.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
+
+/* The queues' own state; other parts ask through lockq_waiters() and
+ * friends. */
+static struct {
+	struct event_base *base;
+	const struct config *cf;
+	unsigned nwaiters;
+	uint64_t sub_epoch; /* the subscriptions made (messages missed) */
+	bool stopping;	    /* SIGTERM: no more waiting */
+} q;
 
 static void lockq_retry_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -33,7 +44,7 @@ static void
 lockq_retry_at(struct lock_name *ln, uint64_t ms)
 {
 	if (ln->retry_ev == NULL &&
-	    (ln->retry_ev = evtimer_new(lk.base, lockq_retry_cb, ln)) == NULL)
+	    (ln->retry_ev = evtimer_new(q.base, lockq_retry_cb, ln)) == NULL)
 		fatalx("lock: evtimer_new failed");
 	lockreq_timer(ln->retry_ev, ms);
 }
@@ -52,8 +63,8 @@ lockq_dequeue(struct lock_req *req)
 		return;
 	TAILQ_REMOVE(&req->ln->waiters, req, queue_entry);
 	req->queued = false;
-	lk.nwaiters--;
-	STAT_SET(waiters, lk.nwaiters);
+	q.nwaiters--;
+	STAT_SET(waiters, q.nwaiters);
 	if (req->deadline_ev != NULL)
 		evtimer_del(req->deadline_ev);
 }
@@ -78,7 +89,7 @@ lockq_abandon(struct lock_req *req)
 static void
 lockq_schedule(struct lock_name *ln, uint64_t pttl)
 {
-	uint64_t max = (uint64_t)lk.cf->locks.retry_max_ms;
+	uint64_t max = (uint64_t)q.cf->locks.retry_max_ms;
 	uint64_t delay;
 
 	if (TAILQ_EMPTY(&ln->waiters))
@@ -105,7 +116,7 @@ lockq_kick(struct lock_name *ln)
 {
 	if (TAILQ_EMPTY(&ln->waiters))
 		return;
-	ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+	ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 	if (ln->attempting) {
 		ln->kicked = true;
 		return;
@@ -141,7 +152,7 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 		    !lockhold_token_busy(req->ln, req->token, NULL, NULL))
 			lockrel_release(req->ln->name, req->token, fence, false,
 			    util_validity_end(req->start_ms, req->ttl_ms,
-				lk.cf->locks.clock_drift));
+				q.cf->locks.clock_drift));
 		return;
 	}
 	if (chaos_fault == CHAOS_NO_FENCE)
@@ -160,7 +171,7 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 		lockhold_released(req->ln, fence);
 	/* The subscription was made again while it was in Redis: news of
 	 * it may have been missed, so Redis is asked. */
-	else if (req->sub_epoch != lk.sub_epoch)
+	else if (req->sub_epoch != q.sub_epoch)
 		lockhold_recheck(req->ln);
 }
 
@@ -191,7 +202,7 @@ bool
 lockq_grant_late(struct lock_req *req, uint64_t fence)
 {
 	uint64_t end = util_validity_end(
-	    req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift);
+	    req->start_ms, req->ttl_ms, q.cf->locks.clock_drift);
 	uint64_t now = mono_ms();
 
 	if (end > now || chaos_fault == CHAOS_NO_VALIDITY)
@@ -205,6 +216,30 @@ lockq_grant_late(struct lock_req *req, uint64_t fence)
 	return true;
 }
 
+/* The head's try (its own, or a hand-over made for it) goes to Redis. */
+static void
+lockq_attempt_begin(struct lock_req *req)
+{
+	req->ln->attempting = true;
+	req->ln->kicked = false;
+	lockreq_send(req);
+	req->tries++;
+	req->start_ms = mono_ms();
+	/* Another connection here may hold it under the same token. */
+	req->sub_epoch = q.sub_epoch;
+	lockhold_assume(req);
+	lockreq_token_asks(req);
+}
+
+/* The head's try was answered: ln is pinned until the caller unrefs it. */
+static void
+lockq_attempt_end(struct lock_req *req)
+{
+	lockname_pin(req->ln);
+	req->ln->attempting = false;
+	lockreq_landed(req);
+}
+
 /*
  * redis.wait_replicas: a grant counts only once that many replicas have
  * it, so a failover cannot hand out its fence again. Otherwise it is
@@ -216,7 +251,7 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_req *req = arg;
 	struct lock_name *ln = req->ln;
 	struct lockdb_reply granted = { LDB_OK, req->fence, 0 };
-	int want = lk.cf->redis.wait_replicas;
+	int want = q.cf->redis.wait_replicas;
 
 	if (r->status == LDB_OK && r->fence >= (uint64_t)want) {
 		lockq_attempt_cb(&granted, req);
@@ -225,21 +260,19 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	log_warnx("lock %s: granted, but %" PRIu64 " of %d replicas have it; "
 		  "released",
 	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
-	ln->refs++;
-	ln->attempting = false;
-	req->in_flight = false;
+	lockq_attempt_end(req);
 	/* Not if a hold or request here has the same grant (a same-token
 	 * re-grant gets its fence back). */
 	if (!lockq_token_used(ln, req->token, req))
 		lockrel_release(ln->name, req->token, req->fence, false,
 		    util_validity_end(
-			req->start_ms, req->ttl_ms, lk.cf->locks.clock_drift));
+			req->start_ms, req->ttl_ms, q.cf->locks.clock_drift));
 	lockq_dequeue(req);
 	lockreq_answer_err(req, PERR_UNAVAILABLE,
 	    "the grant did not reach redis.wait_replicas replicas in time");
 	lockreq_free(req);
 	lockq_schedule(ln, 0);
-	lockreq_name_unref(ln);
+	lockname_unref(ln);
 }
 
 static void
@@ -247,8 +280,8 @@ lockq_replicate(struct lock_req *req, uint64_t fence)
 {
 	req->replicating = true;
 	req->fence = fence;
-	lockdb_wait(req->ln->name, lk.cf->redis.wait_replicas,
-	    (uint64_t)lk.cf->redis.command_timeout_ms / 2, lockq_replicas_cb,
+	lockdb_wait(req->ln->name, q.cf->redis.wait_replicas,
+	    (uint64_t)q.cf->redis.command_timeout_ms / 2, lockq_replicas_cb,
 	    req);
 }
 
@@ -330,14 +363,12 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_name *ln = req->ln;
 	uint64_t next = UINT64_MAX;
 
-	if (r->status == LDB_OK && lk.cf->redis.wait_replicas > 0 &&
+	if (r->status == LDB_OK && q.cf->redis.wait_replicas > 0 &&
 	    !req->replicating) {
 		lockq_replicate(req, r->fence);
 		return;
 	}
-	ln->refs++;
-	ln->attempting = false;
-	req->in_flight = false;
+	lockq_attempt_end(req);
 	if (r->status == LDB_UNAVAILABLE)
 		req->unsure = true;
 	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
@@ -389,7 +420,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		lockq_kick(ln);
 	else
 		lockq_schedule(ln, next);
-	lockreq_name_unref(ln);
+	lockname_unref(ln);
 }
 
 /*
@@ -403,7 +434,7 @@ lockq_mark_ms(const struct lock_req *req)
 {
 	if (req->wait_ms == 0)
 		return 0;
-	return config_mark_ms(lk.cf);
+	return config_mark_ms(q.cf);
 }
 
 /* Only the head of a queue talks to Redis. */
@@ -416,16 +447,8 @@ lockq_attempt(struct lock_name *ln)
 
 	if (req == NULL || ln->attempting)
 		return;
-	ln->attempting = true;
-	ln->kicked = false;
-	req->in_flight = true;
-	req->tries++;
-	req->start_ms = mono_ms();
+	lockq_attempt_begin(req);
 	req->tried_us = mono_us();
-	/* Another connection here may hold it under the same token. */
-	req->sub_epoch = lk.sub_epoch;
-	lockhold_assume(req);
-	lockreq_token_asks(req);
 	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 }
@@ -470,7 +493,7 @@ lockq_local_hold_left(struct lock_name *ln, const char *token)
 static void
 lockq_first_try(struct lock_name *ln, struct lock_req *req)
 {
-	uint64_t left = 0, max = (uint64_t)lk.cf->locks.retry_max_ms;
+	uint64_t left = 0, max = (uint64_t)q.cf->locks.retry_max_ms;
 
 	if (req->wait_ms != 0 && req->mode != LDB_FILL)
 		left = lockq_local_hold_left(ln, req->token);
@@ -489,16 +512,16 @@ lockq_enqueue(struct lock_req *req)
 		req->watch = lockq_watch_of(ln);
 	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
 	req->queued = true;
-	lk.nwaiters++;
-	STAT_SET(waiters, lk.nwaiters);
+	q.nwaiters++;
+	STAT_SET(waiters, q.nwaiters);
 	if (req->wait_ms > 0) {
-		req->deadline_ev = evtimer_new(lk.base, lockq_deadline_cb, req);
+		req->deadline_ev = evtimer_new(q.base, lockq_deadline_cb, req);
 		if (req->deadline_ev == NULL)
 			fatalx("lock: evtimer_new failed");
 		lockreq_timer(req->deadline_ev, (uint64_t)req->wait_ms);
 	}
 	if (TAILQ_FIRST(&ln->waiters) == req && !ln->attempting) {
-		ln->backoff_ms = (uint64_t)lk.cf->locks.retry_min_ms;
+		ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
 		lockq_first_try(ln, req);
 	} else if (req->mode == LDB_FILL && req->wait_ms != 0 &&
@@ -508,19 +531,22 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
+/* After a (re)subscription, for each name: its waiters and holds may have
+ * missed news. */
+static void
+lockq_missed(struct lock_name *ln, void *arg)
+{
+	if (!TAILQ_EMPTY(&ln->waiters))
+		lockq_retry_at(ln, 0);
+	lockhold_recheck(ln);
+}
+
 /* (Re)subscribed: releases and revokes may have been missed meanwhile. */
 static void
 lockq_resubscribed(void)
 {
-	struct lock_name *ln;
-
-	lk.sub_epoch++;
-	for (size_t i = 0; i < lk.nbuckets; i++)
-		LIST_FOREACH (ln, &lk.buckets[i], entry) {
-			if (!TAILQ_EMPTY(&ln->waiters))
-				lockq_retry_at(ln, 0);
-			lockhold_recheck(ln);
-		}
+	q.sub_epoch++;
+	lockname_foreach(lockq_missed, NULL);
 }
 
 /*
@@ -539,9 +565,9 @@ lockq_news_cb(const struct lockdb_news *news)
 		lockq_resubscribed();
 		return;
 	}
-	if ((ln = lockreq_name_find(news->name)) == NULL)
+	if ((ln = lockname_find(news->name)) == NULL)
 		return;
-	ln->refs++;
+	lockname_pin(ln);
 	if (news->kind == LDB_NEWS_REVOKED) {
 		if (news->fence > ln->revoked)
 			ln->revoked = news->fence;
@@ -553,7 +579,7 @@ lockq_news_cb(const struct lockdb_news *news)
 		lockhold_released(ln, news->fence);
 	}
 	lockq_kick(ln);
-	lockreq_name_unref(ln);
+	lockname_unref(ln);
 }
 
 /*
@@ -568,43 +594,73 @@ lockq_handover_claim(struct lock_name *ln)
 	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
 
 	if (next == NULL || next->mode != LDB_EXCLUSIVE || ln->attempting ||
-	    lk.stopping || chaos_fault == CHAOS_BLIND_RELEASE)
+	    q.stopping || chaos_fault == CHAOS_BLIND_RELEASE)
 		return NULL;
 	lockq_retry_stop(ln);
-	ln->attempting = true;
-	ln->kicked = false;
-	next->in_flight = true;
-	next->tries++;
-	next->start_ms = mono_ms();
-	next->sub_epoch = lk.sub_epoch;
-	lockhold_assume(next);
-	lockreq_token_asks(next);
+	lockq_attempt_begin(next);
 	return next;
 }
 
-/* A graceful stop: every waiter here is told ERR SHUTDOWN. */
 void
-lockq_stop(void)
+lockq_unclaim(struct lock_req *next)
 {
-	struct lock_name *ln, *next;
+	struct lock_name *ln = next->ln;
+
+	lockname_pin(ln);
+	next->tries--;
+	lockreq_landed(next);
+	ln->attempting = false;
+	if (!next->queued)
+		lockreq_free(next); /* it left meanwhile */
+	lockq_kick(ln);
+	lockname_unref(ln);
+}
+
+/* Each waiter of ln is told ERR SHUTDOWN. */
+static void
+lockq_stop_name(struct lock_name *ln, void *arg)
+{
 	struct lock_req *req;
 
-	for (size_t i = 0; i < lk.nbuckets; i++) {
-		for (ln = LIST_FIRST(&lk.buckets[i]); ln != NULL; ln = next) {
-			ln->refs++;
-			while ((req = TAILQ_FIRST(&ln->waiters)) != NULL) {
-				lockreq_answer_err(req, PERR_SHUTDOWN,
-				    "the broker is stopping");
-				lockq_abandon(req);
-			}
-			next = LIST_NEXT(ln, entry);
-			lockreq_name_unref(ln);
-		}
+	while ((req = TAILQ_FIRST(&ln->waiters)) != NULL) {
+		lockreq_answer_err(
+		    req, PERR_SHUTDOWN, "the broker is stopping");
+		lockq_abandon(req);
 	}
 }
 
+/* A graceful stop: every waiter here is told ERR SHUTDOWN, and nobody
+ * waits from now on. */
 void
-lockq_init(void)
+lockq_stop(void)
 {
+	q.stopping = true;
+	lockname_foreach(lockq_stop_name, NULL);
+}
+
+bool
+lockq_stopping(void)
+{
+	return q.stopping;
+}
+
+unsigned
+lockq_waiters(void)
+{
+	return q.nwaiters;
+}
+
+uint64_t
+lockq_sub_epoch(void)
+{
+	return q.sub_epoch;
+}
+
+void
+lockq_init(struct event_base *base, const struct config *cf)
+{
+	memset(&q, 0, sizeof q);
+	q.base = base;
+	q.cf = cf;
 	lockdb_subscribe(lockq_news_cb);
 }

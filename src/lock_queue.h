@@ -1,18 +1,21 @@
 /*
- * lockq: the queues of waiting ACQUIREs, one per name, whose heads alone
- * ask Redis. Built on lockreq, lockhold and lockrel; lock calls it.
+ * lock_queue: the queues of waiting ACQUIREs, one per name, whose heads
+ * alone ask Redis. Built on lock_name, lock_req, lock_hold and
+ * lock_release; lock calls it.
  */
-#ifndef LB_LOCKQ_H
-#define LB_LOCKQ_H
+#ifndef LB_LOCK_QUEUE_H
+#define LB_LOCK_QUEUE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+struct config;
+struct event_base;
 struct lock_name;
 struct lock_req;
 struct lockdb_reply;
 
-void lockq_init(void);
+void lockq_init(struct event_base *base, const struct config *cf);
 /* Queue an ACQUIRE; a new head tries at once (or waits for a hold here). */
 void lockq_enqueue(struct lock_req *req);
 /* Nobody wants this acquire's answer any more; free it unless in Redis. */
@@ -36,7 +39,16 @@ void lockq_retry_stop(struct lock_name *ln);
 /* The head a RELEASE here may hand the lock to in the same script, now
  * counted as trying; NULL if none may. */
 struct lock_req *lockq_handover_claim(struct lock_name *ln);
-/* SIGTERM: every waiter is told ERR SHUTDOWN. */
+/* The hand-over never tried for next after all: it tries on its own, now
+ * (or is freed, if it left meanwhile). */
+void lockq_unclaim(struct lock_req *next);
+/* SIGTERM: every waiter is told ERR SHUTDOWN; no more waiting. */
 void lockq_stop(void);
+bool lockq_stopping(void);
+/* Waiters here, on every name. */
+unsigned lockq_waiters(void);
+/* Counts the subscriptions made: a request sent in an earlier one may
+ * have missed news. */
+uint64_t lockq_sub_epoch(void);
 
 #endif

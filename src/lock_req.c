@@ -1,11 +1,10 @@
 /*
- * lockreq: the lock engine's common records: the name table, requests,
- * and answering a request's owner exactly once.
+ * lock_req: the lock engine's request records, what the scripts are asked
+ * for each, and answering a request's owner exactly once.
  */
 #include <sys/queue.h>
 
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,103 +13,16 @@
 
 #include <event2/event.h>
 
-#include "lockreq.h"
-#include "lockrel.h"
+#include "lock_name.h"
+#include "lock_req.h"
+#include "lock_release.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
 
-struct lock_engine lk;
-
-/* The name table's least size, and how often memory is given back. */
-#define LOCKREQ_BUCKETS 64
-#define LOCKREQ_TRIM_S 10
-
-static void lockreq_busier(void);
-
-/* FNV-1a: names are short and untrusted; this is only a table index. */
-static size_t
-lockreq_hash(const char *s)
-{
-	uint64_t h = 14695981039346656037ULL;
-
-	for (; *s != '\0'; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return (size_t)h;
-}
-
-static void
-lockreq_names_resize(size_t n)
-{
-	struct lock_bucket *b = xcalloc(n, sizeof *b);
-	struct lock_name *ln;
-
-	for (size_t i = 0; i < lk.nbuckets; i++) {
-		while ((ln = LIST_FIRST(&lk.buckets[i])) != NULL) {
-			LIST_REMOVE(ln, entry);
-			LIST_INSERT_HEAD(
-			    &b[lockreq_hash(ln->name) % n], ln, entry);
-		}
-	}
-	free(lk.buckets);
-	lk.buckets = b;
-	lk.nbuckets = n;
-}
-
-struct lock_name *
-lockreq_name_find(const char *name)
-{
-	struct lock_name *ln;
-
-	LIST_FOREACH (ln, &lk.buckets[lockreq_hash(name) % lk.nbuckets], entry)
-		if (strcmp(ln->name, name) == 0)
-			return ln;
-	return NULL;
-}
-
-/* Find or make the entry for name, and take a reference on it. */
-struct lock_name *
-lockreq_name_ref(const char *name)
-{
-	struct lock_name *ln = lockreq_name_find(name);
-	size_t len;
-
-	if (ln == NULL) {
-		len = strlen(name);
-		ln = xcalloc(1, sizeof *ln + len + 1);
-		memcpy(ln->name, name, len + 1);
-		LIST_INIT(&ln->holds);
-		TAILQ_INIT(&ln->waiters);
-		LIST_INIT(&ln->asking);
-		LIST_INSERT_HEAD(
-		    &lk.buckets[lockreq_hash(name) % lk.nbuckets], ln, entry);
-		if (++lk.nnames > lk.nbuckets)
-			lockreq_names_resize(lk.nbuckets * 2);
-		lockreq_busier();
-	}
-	ln->refs++;
-	return ln;
-}
-
-void
-lockreq_name_unref(struct lock_name *ln)
-{
-	if (--ln->refs > 0)
-		return;
-	LIST_REMOVE(ln, entry);
-	lk.nnames--;
-	if (ln->retry_ev != NULL)
-		event_free(ln->retry_ev);
-	free(ln);
-	/* A burst of names is over: a table a quarter the size (not while
-	 * stopping: lockq_stop walks the table). */
-	if (lk.nbuckets > LOCKREQ_BUCKETS && lk.nnames < lk.nbuckets / 8 &&
-	    !lk.stopping)
-		lockreq_names_resize(lk.nbuckets / 4 > LOCKREQ_BUCKETS
-			? lk.nbuckets / 4
-			: LOCKREQ_BUCKETS);
-}
+static size_t nreqs;	 /* requests alive */
+static char broker[128]; /* "<hostname>:<pid>:<random>", for WHO */
 
 struct lock_req *
 lockreq_new(
@@ -118,11 +30,10 @@ lockreq_new(
 {
 	struct lock_req *req = xcalloc(1, sizeof *req);
 
-	lk.nreqs++;
-	lockreq_busier();
+	lockname_reqs(++nreqs);
 	req->op = op;
 	req->owner = o;
-	req->ln = lockreq_name_ref(name);
+	req->ln = lockname_ref(name);
 	if (token != NULL)
 		snprintf(req->token, sizeof req->token, "%s", token);
 	if (o != NULL)
@@ -144,9 +55,21 @@ lockreq_free(struct lock_req *req)
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
 	lockreq_unask(req);
-	lockreq_name_unref(req->ln);
-	lk.nreqs--;
+	lockname_unref(req->ln);
+	lockname_reqs(--nreqs);
 	free(req);
+}
+
+void
+lockreq_send(struct lock_req *req)
+{
+	req->in_flight = true;
+}
+
+void
+lockreq_landed(struct lock_req *req)
+{
+	req->in_flight = false;
 }
 
 void
@@ -292,7 +215,7 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(info, len, "%s %s %" PRIu64 "@%s %" PRIu64,
-	    lock_mode_name(req->mode, req->limit), lk.broker, id, peer,
+	    lock_mode_name(req->mode, req->limit), broker, id, peer,
 	    (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
 	a->token = req->token;
 	a->ttl_ms = req->ttl_ms;
@@ -304,45 +227,13 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 	a->info = info;
 }
 
-/* The most names and requests alive at once since memory was last given
- * back. */
-static void
-lockreq_busier(void)
-{
-	if (lk.nnames + lk.nreqs > lk.peak)
-		lk.peak = lk.nnames + lk.nreqs;
-}
-
-/*
- * After a burst (tens of thousands of holds or waiters) the allocator
- * keeps the freed memory; give it back to the system once the engine holds
- * less than half of what it did, checked every LOCKREQ_TRIM_S.
- */
-static void
-lockreq_trim_cb(evutil_socket_t fd, short what, void *arg)
-{
-	size_t now = lk.nnames + lk.nreqs;
-
-	lockreq_timer(lk.trim_ev, LOCKREQ_TRIM_S * 1000);
-	if (lk.peak < 4096 || now > lk.peak / 2)
-		return;
-	malloc_trim(0);
-	lk.peak = now;
-}
-
 void
-lockreq_init(struct event_base *base, const struct config *cf)
+lockreq_init(struct event_base *base)
 {
 	char host[64], nonce[UTIL_TOKEN_HEXLEN + 1];
 
-	memset(&lk, 0, sizeof lk);
-	lk.base = base;
-	lk.cf = cf;
-	lk.nbuckets = LOCKREQ_BUCKETS;
-	lk.buckets = xcalloc(lk.nbuckets, sizeof *lk.buckets);
-	if ((lk.trim_ev = evtimer_new(base, lockreq_trim_cb, NULL)) == NULL)
-		fatalx("lock: evtimer_new failed");
-	lockreq_timer(lk.trim_ev, LOCKREQ_TRIM_S * 1000);
+	nreqs = 0;
+	lockname_init(base);
 	if (gethostname(host, sizeof host) != 0)
 		snprintf(host, sizeof host, "localhost");
 	host[sizeof host - 1] = '\0';
@@ -354,16 +245,18 @@ lockreq_init(struct event_base *base, const struct config *cf)
 	 * own random part keeps each one's grants its own (docs/protocol.md
 	 * §3, What a holder can rely on). */
 	util_random_token(nonce);
-	snprintf(lk.broker, sizeof lk.broker, "%s:%ld:%.8s", host,
-	    (long)getpid(), nonce);
+	snprintf(
+	    broker, sizeof broker, "%s:%ld:%.8s", host, (long)getpid(), nonce);
 }
 
 void
 lockreq_shutdown(void)
 {
-	free(lk.buckets);
-	lk.buckets = NULL;
-	if (lk.trim_ev != NULL)
-		event_free(lk.trim_ev);
-	lk.trim_ev = NULL;
+	lockname_shutdown();
+}
+
+const char *
+lockreq_broker(void)
+{
+	return broker;
 }

@@ -1,5 +1,5 @@
 /*
- * lockrel: releases nobody waits for, and the ones Redis did not hear of.
+ * lock_release: releases nobody waits for, and the ones Redis did not hear of.
  * The list of owed releases is bounded by limits.max_waiters; past that
  * the oldest is left to its lease, which ends it anyway.
  */
@@ -14,7 +14,7 @@
 #include "chaos.h"
 #include "config.h"
 #include "lockdb.h"
-#include "lockrel.h"
+#include "lock_release.h"
 #include "log.h"
 #include "proto.h"
 #include "stats.h"

@@ -1,13 +1,13 @@
 /*
- * lockrel: releases nobody waits for. A lock whose holder went away, a
+ * lock_release: releases nobody waits for. A lock whose holder went away, a
  * grant nobody wants any more, a lease given up on: released in Redis (or,
  * for a holder that vanished, kept for locks.lock_delay_ms), and when Redis
  * does not hear of it, remembered and done when Redis is back. It calls
  * nothing of the engine above it: a release that went through is reported
  * through the callback given to lockrel_init.
  */
-#ifndef LB_LOCKREL_H
-#define LB_LOCKREL_H
+#ifndef LB_LOCK_RELEASE_H
+#define LB_LOCK_RELEASE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,17 +1,19 @@
 /*
- * lockhold: the holds of this broker's clients: made at a grant, trusted
+ * lock_hold: the holds of this broker's clients: made at a grant, trusted
  * until their validity ends, renewed (session locks), and lost with an
- * EVENT LOST to their owner. Built on lockreq and lockrel; calls nothing
- * above them.
+ * EVENT LOST to their owner. Built on lock_name, lock_req and
+ * lock_release; calls nothing above them.
  */
-#ifndef LB_LOCKHOLD_H
-#define LB_LOCKHOLD_H
+#ifndef LB_LOCK_HOLD_H
+#define LB_LOCK_HOLD_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "lock.h"
 
+struct config;
+struct event_base;
 struct lock_name;
 struct lock_req;
 
@@ -25,7 +27,8 @@ enum lock_lost {
 
 /* A hold of ln ended: the queue may try. */
 typedef void lockhold_kick_fn(struct lock_name *ln);
-void lockhold_init(lockhold_kick_fn *kick);
+void lockhold_init(
+    struct event_base *base, const struct config *cf, lockhold_kick_fn *kick);
 
 /* A grant (or a same-token re-grant) becomes the owner's hold. */
 struct lock_hold *lockhold_set(
