@@ -329,10 +329,10 @@ cmd_acquire(struct session *s, int argc, char **argv)
 	a.keep = (o.seen & CMD_OPT_KEEP) != 0;
 	a.token = o.token;
 	a.limit = o.limit;
-	a.mode = fill			? LDB_FILL
-	    : (o.seen & CMD_OPT_SHARED) ? LDB_SHARED
-	    : (o.seen & CMD_OPT_LIMIT)	? LDB_LIMIT
-					: LDB_EXCLUSIVE;
+	a.mode = fill			? LOCK_FILL
+	    : (o.seen & CMD_OPT_SHARED) ? LOCK_SHARED
+	    : (o.seen & CMD_OPT_LIMIT)	? LOCK_LIMIT
+					: LOCK_EXCLUSIVE;
 	/* Without WAIT, the configured default (-1: as long as it takes). */
 	a.wait_ms = (o.seen & CMD_OPT_WAIT) ? (int64_t)o.wait_ms
 					    : cmds.cf->locks.default_wait_ms;
@@ -392,7 +392,7 @@ cmd_status_reply(struct session *s, const struct lock_result *res)
 		return;
 	if (res->status == LOCK_FREE)
 		evbuffer_add(s->out, "OK FREE\n", 8);
-	else if (res->mode == LDB_SHARED || res->mode == LDB_LIMIT)
+	else if (res->mode == LOCK_SHARED || res->mode == LOCK_LIMIT)
 		evbuffer_add_printf(s->out,
 		    "OK HELD %" PRIu64 " %" PRIu64 " %s %" PRIu64 "\n",
 		    res->ttl_ms, res->fence,
@@ -492,8 +492,9 @@ cmd_auth_log(const struct session *s)
 		return;
 	}
 	if (cmds.auth_unlogged > 0)
-		log_info("client %" PRIu64 " [%s]: AUTH failed (and %u more "
-			 "since the last such line)",
+		log_info(
+		    "client %" PRIu64
+		    " [%s]: AUTH failed (and %u more since the last such line)",
 		    s->id, cmd_peer(s), cmds.auth_unlogged);
 	else
 		log_info(

@@ -135,8 +135,7 @@ config_check_prefix(const char *s)
 	for (; *s != '\0'; s++) {
 		if (isspace((unsigned char)*s) || iscntrl((unsigned char)*s) ||
 		    *s == '{' || *s == '}')
-			return "must not contain spaces, braces or control "
-			       "characters";
+			return "must not contain spaces, braces or control characters";
 	}
 	return NULL;
 }
@@ -746,6 +745,21 @@ config_wipe_tree(config_t *lc)
 	}
 }
 
+bool
+config_addr_loopback(int family, const void *addr)
+{
+	const unsigned char *a = addr;
+
+	if (family == AF_INET)
+		return a[0] == 127;
+	if (family != AF_INET6)
+		return false;
+	if (IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)addr))
+		return true;
+	return IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)addr) &&
+	    a[12] == 127;
+}
+
 /*
  * A numeric listen.address beyond loopback needs a secret or an explicit
  * listen.insecure, so -t catches it (the listener checks names it resolves).
@@ -757,20 +771,15 @@ config_check_exposure(struct config_load *ld)
 	const struct config *cf = ld->cf;
 	const struct config_key *k = config_key_find("listen.address");
 	unsigned char a[16];
-	bool wide;
+	int family = AF_INET;
 
 	if (cf->listen.insecure || cf->auth.secret[0] != '\0' ||
 	    cf->auth.secret_file[0] != '\0' || cf->listen.address[0] == '\0')
 		return 0;
-	if (inet_pton(AF_INET, cf->listen.address, a) == 1)
-		wide = a[0] != 127;
-	else if (inet_pton(AF_INET6, cf->listen.address, a) == 1)
-		wide = !IN6_IS_ADDR_LOOPBACK((struct in6_addr *)a) &&
-		    !(IN6_IS_ADDR_V4MAPPED((struct in6_addr *)a) &&
-			a[12] == 127);
-	else
+	if (inet_pton(family, cf->listen.address, a) != 1 &&
+	    inet_pton(family = AF_INET6, cf->listen.address, a) != 1)
 		return 0;
-	if (!wide)
+	if (config_addr_loopback(family, a))
 		return 0;
 	return config_error(ld, ld->where[k - config_keys], k->name,
 	    "beyond loopback needs auth.secret (or listen.insecure = true)");

@@ -128,5 +128,8 @@ void config_apply_reloadable(struct config *live, struct config *fresh);
  * every retry_max_ms, with room for a slow reply (docs/protocol.md §8).
  */
 uint64_t config_mark_ms(const struct config *cf);
+/* Whether an IPv4 (struct in_addr) or IPv6 (struct in6_addr) address
+ * reaches only this host: 127.0.0.0/8, ::1, ::ffff:127.x. */
+bool config_addr_loopback(int family, const void *addr);
 
 #endif

@@ -78,22 +78,15 @@ listener_add(struct evconnlistener *l)
 	ls.l[ls.n++] = l;
 }
 
-/* 127.0.0.0/8 and ::1 (also as ::ffff:127.x) reach only this host. */
+/* Whether a peer's or a listening address reaches only this host. */
 static bool
 listener_loopback(const struct sockaddr *sa)
 {
-	const struct sockaddr_in6 *sin6 = (const void *)sa;
-	const unsigned char *a = sin6->sin6_addr.s6_addr;
-
 	if (sa->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)(const void *)sa)
-				  ->sin_addr.s_addr) >>
-			   24) == 127;
-	if (sa->sa_family != AF_INET6)
-		return false;
-	if (IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr))
-		return true;
-	return IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr) && a[12] == 127;
+		return config_addr_loopback(AF_INET,
+		    &((const struct sockaddr_in *)(const void *)sa)->sin_addr);
+	return config_addr_loopback(sa->sa_family,
+	    &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
 }
 
 /*
@@ -108,8 +101,8 @@ listener_allowed(const struct sockaddr *sa)
 	if (listener_loopback(sa) || cf->listen.insecure ||
 	    cf->auth.secret[0] != '\0' || cf->auth.secret_file[0] != '\0')
 		return true;
-	log_warnx("refusing to listen on %s without auth.secret (set "
-		  "listen.insecure = true to do it anyway)",
+	log_warnx(
+	    "refusing to listen on %s without auth.secret (set listen.insecure = true to do it anyway)",
 	    cf->listen.address);
 	return false;
 }
@@ -259,8 +252,8 @@ listener_init(struct event_base *base, const struct config *cf)
 	if (cf->listen.unix_path[0] != '\0' && listener_unix() != 0)
 		return -1;
 	if (ls.n == 0) {
-		log_warnx("nothing to listen on: set listen.address or "
-			  "listen.unix");
+		log_warnx(
+		    "nothing to listen on: set listen.address or listen.unix");
 		return -1;
 	}
 	return 0;

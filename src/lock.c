@@ -331,13 +331,13 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	h = lock_hold_of(req->ln, req->token);
 	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
 	req->fence = h != NULL ? h->fence : 0;
-	req->done = h != NULL && h->mode == LDB_FILL ? LDB_DONE_ALWAYS
-						     : LDB_DONE_IF_WAITED;
+	req->done = h != NULL && h->mode == LOCK_FILL ? LDB_DONE_ALWAYS
+						      : LDB_DONE_IF_WAITED;
 	if (h != NULL)
 		h->releasing = true; /* no new FILL waiter waits on it */
 	/* Only an exclusive holder known here hands over; a FILL leader's
 	 * release is news for its waiters (DONE). */
-	if (h != NULL && h->mode == LDB_EXCLUSIVE &&
+	if (h != NULL && h->mode == LOCK_EXCLUSIVE &&
 	    (req->next = lockq_handover_claim(req->ln)) != NULL) {
 		lockreq_ask(req->next, 0, &ask, info, sizeof info);
 		lockdb_handover(
@@ -388,8 +388,7 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 	    strcmp(h->token, token) == 0) {
 		lockreq_set_err(res, PERR_ARGS,
 		    "a session lock is renewed by the broker; EXTEND is for "
-		    "TTL "
-		    "locks");
+		    "TTL locks");
 		return -1;
 	}
 	req = lockreq_new(OP_EXTEND, o, name, token);
@@ -415,7 +414,7 @@ lock_status_cb(const struct lockdb_reply *r, void *arg)
 	res.status = r->status == LDB_OK ? LOCK_HELD : LOCK_FREE;
 	res.ttl_ms = r->pttl;
 	res.fence = r->fence;
-	res.mode = r->mode;
+	res.mode = (enum lock_mode)r->mode;
 	res.limit = r->limit;
 	res.count = r->count;
 	if (req->op == OP_VALIDATE) {
@@ -577,7 +576,7 @@ lock_hold_mode_word(const struct lock_hold *h)
 {
 	static char buf[32];
 
-	if (h->mode == LDB_EXCLUSIVE)
+	if (h->mode == LOCK_EXCLUSIVE)
 		return "";
 	snprintf(buf, sizeof buf, " %s", lock_mode_name(h->mode, h->limit));
 	return buf;

@@ -21,6 +21,15 @@ struct config;
 
 enum lock_kind { LOCK_SESSION, LOCK_FIXED, LOCK_KEEP };
 
+/* How a grant shares its name (docs/protocol.md §3): lockdb's modes, in
+ * the engine's words. */
+enum lock_mode {
+	LOCK_EXCLUSIVE = LDB_EXCLUSIVE,
+	LOCK_FILL = LDB_FILL,
+	LOCK_SHARED = LDB_SHARED,
+	LOCK_LIMIT = LDB_LIMIT,
+};
+
 /* What a request came to. LOCK_ERR carries a proto_err. */
 enum lock_status {
 	LOCK_OK,
@@ -33,16 +42,16 @@ enum lock_status {
 
 struct lock_result {
 	enum lock_status status;
-	enum proto_err err;    /* LOCK_ERR */
-	const char *errtext;   /* LOCK_ERR */
-	uint64_t fence;	       /* ACQUIRE granted, STATUS held, VALIDATE */
-	uint64_t ttl_ms;       /* ACQUIRE granted, EXTEND, STATUS held */
-	const char *token;     /* ACQUIRE granted */
-	bool valid;	       /* VALIDATE: the fence is a holder's */
-	enum lockdb_mode mode; /* STATUS held */
-	unsigned limit;	       /* STATUS held LIMIT n */
-	uint64_t count;	       /* STATUS: holders; REVOKE: holders removed */
-	size_t nholders;       /* WHO; valid until done returns */
+	enum proto_err err;  /* LOCK_ERR */
+	const char *errtext; /* LOCK_ERR */
+	uint64_t fence;	     /* ACQUIRE granted, STATUS held, VALIDATE */
+	uint64_t ttl_ms;     /* ACQUIRE granted, EXTEND, STATUS held */
+	const char *token;   /* ACQUIRE granted */
+	bool valid;	     /* VALIDATE: the fence is a holder's */
+	enum lock_mode mode; /* STATUS held */
+	unsigned limit;	     /* STATUS held LIMIT n */
+	uint64_t count;	     /* STATUS: holders; REVOKE: holders removed */
+	size_t nholders;     /* WHO; valid until done returns */
 	const struct lockdb_holder *holders;
 };
 
@@ -75,8 +84,8 @@ struct lock_hold {
 	struct lock_owner *owner;
 	struct lock_name *ln;
 	enum lock_kind kind;
-	enum lockdb_mode mode;
-	unsigned limit; /* LDB_LIMIT */
+	enum lock_mode mode;
+	unsigned limit; /* LOCK_LIMIT */
 	uint64_t fence;
 	uint64_t ttl_ms;
 	uint64_t granted_ms;	 /* monotonic, for max_hold_ms */
@@ -97,8 +106,8 @@ struct lock_acquire_args {
 	int64_t wait_ms; /* 0 = try once; -1 = forever */
 	bool keep;
 	const char *token; /* NULL: the broker makes one */
-	enum lockdb_mode mode;
-	unsigned limit; /* LDB_LIMIT: 1..LOCK_LIMIT_MAX */
+	enum lock_mode mode;
+	unsigned limit; /* LOCK_LIMIT: 1..LOCK_LIMIT_MAX */
 };
 
 #define LOCK_LIMIT_MAX 10000
@@ -144,7 +153,7 @@ int lock_revoke(
 
 const char *lock_kind_name(enum lock_kind kind);
 /* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
-const char *lock_mode_name(enum lockdb_mode mode, unsigned limit);
+const char *lock_mode_name(enum lock_mode mode, unsigned limit);
 const char *lock_hold_name(const struct lock_hold *h);
 /* o's holds in grant order: the first after prev (NULL: the first). */
 const struct lock_hold *lock_owner_hold(

@@ -93,11 +93,11 @@ lockhold_find(struct lock_owner *o, const char *name)
 static bool
 lockhold_same_family(const struct lock_hold *h, const struct lock_req *req)
 {
-	bool excl = h->mode == LDB_EXCLUSIVE || h->mode == LDB_FILL;
+	bool excl = h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL;
 
 	if (req->op != OP_ACQUIRE)
 		return true; /* EXTEND and renewals act in either place */
-	if (req->mode == LDB_EXCLUSIVE || req->mode == LDB_FILL)
+	if (req->mode == LOCK_EXCLUSIVE || req->mode == LOCK_FILL)
 		return excl;
 	return h->mode == req->mode && h->limit == req->limit;
 }

@@ -208,8 +208,8 @@ lockq_grant_late(struct lock_req *req, uint64_t fence)
 	if (end > now || chaos_fault == CHAOS_NO_VALIDITY)
 		return false;
 	STAT_INC(late_grants_total);
-	log_warnx("lock %s: granted %" PRIu64 " ms after asking, past its "
-		  "%" PRIu64 " ms lease; given back",
+	log_warnx("lock %s: granted %" PRIu64
+		  " ms after asking, past its %" PRIu64 " ms lease; given back",
 	    req->ln->name, now - req->start_ms, req->ttl_ms);
 	if (!lockq_token_used(req->ln, req->token, req))
 		lockrel_release(req->ln->name, req->token, fence, false, end);
@@ -257,8 +257,8 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 		lockq_attempt_cb(&granted, req);
 		return;
 	}
-	log_warnx("lock %s: granted, but %" PRIu64 " of %d replicas have it; "
-		  "released",
+	log_warnx("lock %s: granted, but %" PRIu64
+		  " of %d replicas have it; released",
 	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
 	lockq_attempt_end(req);
 	/* Not if a hold or request here has the same grant (a same-token
@@ -297,7 +297,7 @@ lockq_watch(struct lock_name *ln, uint64_t fence, uint64_t tried_us)
 	struct lock_req *r;
 
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
-		if (r->mode == LDB_FILL && r->wait_ms != 0 &&
+		if (r->mode == LOCK_FILL && r->wait_ms != 0 &&
 		    r->created_us <= tried_us && r->watch < fence)
 			r->watch = fence;
 }
@@ -310,7 +310,7 @@ lockq_watch_of(struct lock_name *ln)
 	uint64_t w = 0;
 
 	LIST_FOREACH (h, &ln->holds, name_entry)
-		if (h->mode == LDB_FILL && !h->releasing && h->fence > w)
+		if (h->mode == LOCK_FILL && !h->releasing && h->fence > w)
 			w = h->fence;
 	return w;
 }
@@ -325,7 +325,7 @@ lockq_done(struct lock_req *head, uint64_t done)
 
 	for (r = TAILQ_FIRST(&head->ln->waiters); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, queue_entry);
-		if (r->mode != LDB_FILL || r->wait_ms == 0 || r->watch == 0 ||
+		if (r->mode != LOCK_FILL || r->wait_ms == 0 || r->watch == 0 ||
 		    r->watch > done)
 			continue;
 		STAT_INC(fills_done_total);
@@ -342,7 +342,7 @@ void
 lockq_conflict(struct lock_req *req, const struct lockdb_reply *r)
 {
 	static char text[64];
-	const char *who = req->mode == LDB_SHARED || req->mode == LDB_LIMIT
+	const char *who = req->mode == LOCK_SHARED || req->mode == LOCK_LIMIT
 	    ? "the lock is held"
 	    : "this token holds it";
 
@@ -376,14 +376,13 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		if (req->owner == NULL || req->wait_ms == 0) {
 			lockq_dequeue(req);
 			lockreq_answer_err(req, PERR_UNAVAILABLE,
-			    "the grant came after its lease ended; Redis is "
-			    "slow");
+			    "the grant came after its lease ended; Redis is slow");
 		}
 	} else if (r->status == LDB_OK) {
 		lockq_granted(req, r->fence);
 		/* Ours now: the rest wait for it, unless they may share, or
 		 * are FILL waiters, whose try marks the name for DONE. */
-		next = req->mode != LDB_EXCLUSIVE ? 0 : req->ttl_ms;
+		next = req->mode != LOCK_EXCLUSIVE ? 0 : req->ttl_ms;
 	} else if (req->owner == NULL) {
 		lockq_dequeue(req); /* freed below */
 	} else if (r->status == LDB_DONE) {
@@ -402,7 +401,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = r->pttl;
 		if (r->marked)
 			req->marked_writer = true;
-		if (req->mode == LDB_FILL && r->fence > 0)
+		if (req->mode == LOCK_FILL && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
 		if (req->wait_ms == 0) {
 			STAT_INC(timeouts_total);
@@ -475,7 +474,7 @@ lockq_local_hold_left(struct lock_name *ln, const char *token)
 	uint64_t now = mono_ms(), left = 0;
 
 	LIST_FOREACH (h, &ln->holds, name_entry) {
-		if ((h->mode == LDB_EXCLUSIVE || h->mode == LDB_FILL) &&
+		if ((h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL) &&
 		    strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
 		    h->valid_until_ms - now > left)
 			left = h->valid_until_ms - now;
@@ -495,7 +494,7 @@ lockq_first_try(struct lock_name *ln, struct lock_req *req)
 {
 	uint64_t left = 0, max = (uint64_t)q.cf->locks.retry_max_ms;
 
-	if (req->wait_ms != 0 && req->mode != LDB_FILL)
+	if (req->wait_ms != 0 && req->mode != LOCK_FILL)
 		left = lockq_local_hold_left(ln, req->token);
 	if (left == 0)
 		lockq_attempt(ln);
@@ -508,7 +507,7 @@ lockq_enqueue(struct lock_req *req)
 {
 	struct lock_name *ln = req->ln;
 
-	if (req->mode == LDB_FILL && req->wait_ms != 0)
+	if (req->mode == LOCK_FILL && req->wait_ms != 0)
 		req->watch = lockq_watch_of(ln);
 	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
 	req->queued = true;
@@ -524,7 +523,7 @@ lockq_enqueue(struct lock_req *req)
 		ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
 		lockq_first_try(ln, req);
-	} else if (req->mode == LDB_FILL && req->wait_ms != 0 &&
+	} else if (req->mode == LOCK_FILL && req->wait_ms != 0 &&
 	    req->watch == 0) {
 		/* The head's next try tells it which leader it waits on. */
 		lockq_kick(ln);
@@ -593,7 +592,7 @@ lockq_handover_claim(struct lock_name *ln)
 {
 	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
 
-	if (next == NULL || next->mode != LDB_EXCLUSIVE || ln->attempting ||
+	if (next == NULL || next->mode != LOCK_EXCLUSIVE || ln->attempting ||
 	    q.stopping || chaos_fault == CHAOS_BLIND_RELEASE)
 		return NULL;
 	lockq_retry_stop(ln);

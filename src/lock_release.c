@@ -83,15 +83,15 @@ lockrel_owe(struct lockrel *r)
 	/* Redis may answer again without a reconnect (it was only slow). */
 	if (!evtimer_pending(rel.retry_ev, NULL))
 		lockrel_retry_later();
-	log_info("lock %s: Redis unavailable; will release it when Redis is "
-		 "back",
+	log_info(
+	    "lock %s: Redis unavailable; will release it when Redis is back",
 	    r->name);
 	if (++rel.nowed > (unsigned)rel.cf->limits.max_waiters) {
 		old = TAILQ_FIRST(&rel.owed);
 		TAILQ_REMOVE(&rel.owed, old, entry);
 		rel.nowed--;
-		log_warnx("lock %s: too many releases waiting for Redis; this "
-			  "one is left to its lease",
+		log_warnx(
+		    "lock %s: too many releases waiting for Redis; this one is left to its lease",
 		    old->name);
 		free(old);
 	}
@@ -219,8 +219,8 @@ lockrel_redis_up(void *arg)
 		TAILQ_REMOVE(&rel.owed, r, entry);
 		rel.nowed--;
 		if (r->lease_end_ms != 0 && now >= r->lease_end_ms) {
-			log_info("lock %s: its lease ran out before Redis came "
-				 "back",
+			log_info(
+			    "lock %s: its lease ran out before Redis came back",
 			    r->name);
 			free(r);
 		} else
@@ -264,8 +264,8 @@ lockrel_shutdown(void)
 
 	while ((r = TAILQ_FIRST(&rel.owed)) != NULL) {
 		TAILQ_REMOVE(&rel.owed, r, entry);
-		log_warnx("lock %s: never released (Redis unavailable); its "
-			  "lease will end it",
+		log_warnx(
+		    "lock %s: never released (Redis unavailable); its lease will end it",
 		    r->name);
 		free(r);
 	}

@@ -180,18 +180,18 @@ lockreq_timer(struct event *ev, uint64_t ms)
 }
 
 const char *
-lock_mode_name(enum lockdb_mode mode, unsigned limit)
+lock_mode_name(enum lock_mode mode, unsigned limit)
 {
 	static char buf[24];
 
 	switch (mode) {
-	case LDB_EXCLUSIVE:
+	case LOCK_EXCLUSIVE:
 		return "EXCLUSIVE";
-	case LDB_FILL:
+	case LOCK_FILL:
 		return "FILL";
-	case LDB_SHARED:
+	case LOCK_SHARED:
 		return "SHARED";
-	case LDB_LIMIT:
+	case LOCK_LIMIT:
 		break;
 	}
 	snprintf(buf, sizeof buf, "LIMIT=%u", limit);
@@ -220,7 +220,7 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 	a->token = req->token;
 	a->ttl_ms = req->ttl_ms;
 	a->mark_ms = mark_ms;
-	a->mode = req->mode;
+	a->mode = (enum lockdb_mode)req->mode;
 	a->limit = req->limit;
 	a->watch = req->watch;
 	a->clear_writer = req->marked_writer;

@@ -60,9 +60,9 @@ struct lock_req {
 	bool asking; /* in ln->asking */
 	bool forget; /* OP_RELEASE: its token asked again; never redone */
 	enum lock_kind kind;
-	enum lockdb_mode mode;
-	unsigned limit; /* LDB_LIMIT */
-	uint64_t watch; /* LDB_FILL: the leader's fence it waits on */
+	enum lock_mode mode;
+	unsigned limit; /* LOCK_LIMIT */
+	uint64_t watch; /* LOCK_FILL: the leader's fence it waits on */
 	uint64_t ttl_ms;
 	uint64_t fence; /* OP_VALIDATE */
 	int64_t wait_ms;

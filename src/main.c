@@ -106,8 +106,8 @@ main_diff_cb(const char *key, bool reloadable, void *arg)
 	if (reloadable)
 		log_info("reload: %s changed", key);
 	else
-		log_warnx("reload: %s changed but needs a restart; the old "
-			  "value stays",
+		log_warnx(
+		    "reload: %s changed but needs a restart; the old value stays",
 		    key);
 	counts[reloadable ? 0 : 1]++;
 }
@@ -244,8 +244,8 @@ main(int argc, char **argv)
 	log_init(
 	    (enum log_level)log_level_parse(m.cf.log.level), m.cf.log.syslog);
 	if ((fault = chaos_init()) != NULL)
-		log_warnx("BROKEN ON PURPOSE (LOCKBROKER_CHAOS_FAULT=%s): for "
-			  "the chaos self-test only; locks are not safe",
+		log_warnx(
+		    "BROKEN ON PURPOSE (LOCKBROKER_CHAOS_FAULT=%s): for the chaos self-test only; locks are not safe",
 		    fault);
 	if ((m.base = main_event_base()) == NULL)
 		fatalx("event_base_new failed");

@@ -41,8 +41,8 @@ ask_err_exit(const char *line)
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (strncmp(line, map[i].prefix, strlen(map[i].prefix)) == 0) {
 			if (map[i].code == LC_EXIT_AUTH && !ask_have_secret)
-				warnx("give the secret with -a FILE or "
-				      "$LOCKBROKER_SECRET");
+				warnx(
+				    "give the secret with -a FILE or $LOCKBROKER_SECRET");
 			return map[i].code;
 		}
 	return LC_EXIT_BROKER;

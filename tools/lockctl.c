@@ -245,17 +245,15 @@ ctl_check(const struct ctl_cmd *cmd, struct ctl_args *a)
 	if ((a->seen & OPT_SHARED) && (a->seen & OPT_LIMIT))
 		ctl_usage_err("--shared and --limit exclude each other");
 	if ((cmd->need & OPT_TTL) && !(a->seen & OPT_TTL))
-		ctl_usage_err("acquire needs --ttl MS: without a TTL the lock "
-			      "would be a session lock, released when lockctl "
-			      "exits; use 'lockctl run NAME -- COMMAND' to "
-			      "hold a lock while a command runs");
+		ctl_usage_err(
+		    "acquire needs --ttl MS: without a TTL the lock would be a session lock, released when lockctl exits; use 'lockctl run NAME -- COMMAND' to hold a lock while a command runs");
 	if ((cmd->need & OPT_TOKEN) && !(a->seen & OPT_TOKEN))
 		ctl_usage_err("%s needs --token T", cmd->name);
 	if (cmd->lock_name && a->run.req.name == NULL)
 		ctl_usage_err("%s needs a lock NAME", cmd->name);
 	if (cmd->lock_name && !proto_valid_name(a->run.req.name))
-		ctl_usage_err("a lock name is 1-200 bytes of 0x21-0x7E or "
-			      "0x80-0xFF");
+		ctl_usage_err(
+		    "a lock name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
 	if (cmd->command && (a->run.argv == NULL || a->run.argv[0] == NULL))
 		ctl_usage_err(
 		    "%s needs a COMMAND after NAME (and --)", cmd->name);
@@ -314,8 +312,8 @@ ctl_addr(const char *s_opt, const char *u_opt, struct conn_addr *addr)
 	if (s == NULL)
 		s = CTL_DEFAULT_ADDR;
 	if (conn_parse_addr(s, addr) != 0)
-		ctl_usage_err("bad broker address '%s' (HOST:PORT, [V6]:PORT "
-			      "or /PATH)",
+		ctl_usage_err(
+		    "bad broker address '%s' (HOST:PORT, [V6]:PORT or /PATH)",
 		    s);
 }
 
@@ -464,8 +462,8 @@ ctl_cmd_revoke(struct conn *c, struct ctl_args *a)
 		return rc;
 	if (strncmp(line, "ERR NOAUTH ", 11) == 0) {
 		warnx("broker: %s", line);
-		warnx("revoke needs the broker's auth.admin_secret: -a FILE "
-		      "or $LOCKBROKER_SECRET");
+		warnx(
+		    "revoke needs the broker's auth.admin_secret: -a FILE or $LOCKBROKER_SECRET");
 		return LC_EXIT_AUTH;
 	}
 	if (strncmp(line, "OK ", 3) != 0 ||
