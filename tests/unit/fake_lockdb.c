@@ -1,0 +1,336 @@
+/*
+ * fake_lockdb: lockdb.h's functions for the engine's unit tests. Each call
+ * is recorded and answered only when the test says (see fake_lockdb.h).
+ */
+#include <sys/queue.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_lockdb.h"
+#include "lockdb.h"
+
+static struct {
+	TAILQ_HEAD(, fake_call) calls;
+	bool ready;
+	lockdb_news_fn *news;
+	void (*connect)(void *);
+	void *connect_arg;
+	bool up;
+	char broker[128];
+} fake = { .up = true };
+
+static void
+fake_init_once(void)
+{
+	if (fake.ready)
+		return;
+	TAILQ_INIT(&fake.calls);
+	fake.ready = true;
+}
+
+/* A new pending call of op on name, last in the list. */
+static struct fake_call *
+fake_call_new(enum fake_op op, const char *name, lockdb_cb *cb, void *arg)
+{
+	struct fake_call *c = calloc(1, sizeof *c);
+
+	if (c == NULL)
+		abort();
+	fake_init_once();
+	c->op = op;
+	snprintf(c->name, sizeof c->name, "%s", name);
+	c->cb = cb;
+	c->arg = arg;
+	TAILQ_INSERT_TAIL(&fake.calls, c, entry);
+	return c;
+}
+
+/* The ask's strings live only during the call: keep copies. */
+static void
+fake_keep_ask(struct fake_call *c, const struct lockdb_ask *a)
+{
+	c->ask = *a;
+	snprintf(c->ask_token, sizeof c->ask_token, "%s", a->token);
+	snprintf(c->ask_info, sizeof c->ask_info, "%s",
+	    a->info != NULL ? a->info : "");
+	c->ask.token = c->ask_token;
+	c->ask.info = c->ask_info;
+}
+
+static void
+fake_set_token(struct fake_call *c, const char *token)
+{
+	c->has_token = token != NULL;
+	snprintf(c->token, sizeof c->token, "%s", token != NULL ? token : "");
+}
+
+void
+lockdb_subscribe(lockdb_news_fn *fn)
+{
+	fake.news = fn;
+}
+
+void
+lockdb_on_connect(void (*fn)(void *), void *arg)
+{
+	fake.connect = fn;
+	fake.connect_arg = arg;
+}
+
+bool
+lockdb_up(void)
+{
+	return fake.up;
+}
+
+void
+lockdb_init(const char *prefix, const char *broker)
+{
+	fake_init_once();
+	snprintf(fake.broker, sizeof fake.broker, "%s", broker);
+}
+
+void
+lockdb_acquire(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	fake_keep_ask(fake_call_new(FAKE_ACQUIRE, name, cb, arg), a);
+}
+
+void
+lockdb_release(const char *name, const char *token, uint64_t fence,
+    enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_RELEASE, name, cb, arg);
+
+	fake_set_token(c, token);
+	c->fence = fence;
+	c->done = done;
+	c->done_ms = done_ms;
+}
+
+void
+lockdb_handover(const char *name, const char *token, uint64_t fence,
+    const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_HANDOVER, name, cb, arg);
+
+	fake_set_token(c, token);
+	c->fence = fence;
+	fake_keep_ask(c, next);
+}
+
+void
+lockdb_extend(const char *name, const char *token, uint64_t fence,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_EXTEND, name, cb, arg);
+
+	fake_set_token(c, token);
+	c->fence = fence;
+	c->ttl_ms = ttl_ms;
+}
+
+void
+lockdb_status(const char *name, uint64_t fence, const char *token,
+    lockdb_cb *cb, void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_STATUS, name, cb, arg);
+
+	fake_set_token(c, token);
+	c->fence = fence;
+}
+
+void
+lockdb_who(const char *name, lockdb_cb *cb, void *arg)
+{
+	fake_call_new(FAKE_WHO, name, cb, arg);
+}
+
+void
+lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	fake_call_new(FAKE_REVOKE, name, cb, arg)->keep_ms = keep_ms;
+}
+
+void
+lockdb_check(const char *name, const char *token, uint64_t fence, lockdb_cb *cb,
+    void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_CHECK, name, cb, arg);
+
+	fake_set_token(c, token);
+	c->fence = fence;
+}
+
+void
+lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
+    void *arg)
+{
+	struct fake_call *c = fake_call_new(FAKE_WAIT, name, cb, arg);
+
+	c->replicas = replicas;
+	c->timeout_ms = timeout_ms;
+}
+
+/* The test's side. */
+
+unsigned
+fake_drop(void)
+{
+	struct fake_call *c;
+	unsigned n = 0;
+
+	fake_init_once();
+	while ((c = TAILQ_FIRST(&fake.calls)) != NULL) {
+		TAILQ_REMOVE(&fake.calls, c, entry);
+		free(c);
+		n++;
+	}
+	return n;
+}
+
+void
+fake_reset(void)
+{
+	fake_drop();
+	fake.news = NULL;
+	fake.connect = NULL;
+	fake.connect_arg = NULL;
+	fake.up = true;
+}
+
+unsigned
+fake_count(void)
+{
+	struct fake_call *c;
+	unsigned n = 0;
+
+	fake_init_once();
+	TAILQ_FOREACH (c, &fake.calls, entry)
+		n++;
+	return n;
+}
+
+struct fake_call *
+fake_pending(unsigned i)
+{
+	struct fake_call *c;
+
+	fake_init_once();
+	TAILQ_FOREACH (c, &fake.calls, entry)
+		if (i-- == 0)
+			return c;
+	return NULL;
+}
+
+struct fake_call *
+fake_next(void)
+{
+	return fake_pending(0);
+}
+
+struct fake_call *
+fake_find(enum fake_op op, const char *name)
+{
+	struct fake_call *c;
+
+	fake_init_once();
+	TAILQ_FOREACH (c, &fake.calls, entry)
+		if (c->op == op && strcmp(c->name, name) == 0)
+			return c;
+	return NULL;
+}
+
+/* The call leaves the list before its callback runs: the callback may
+ * make new calls. */
+void
+fake_answer(struct fake_call *c, const struct lockdb_reply *r)
+{
+	lockdb_cb *cb = c->cb;
+	void *arg = c->arg;
+
+	TAILQ_REMOVE(&fake.calls, c, entry);
+	free(c);
+	cb(r, arg);
+}
+
+void
+fake_reply(struct fake_call *c, enum lockdb_status status)
+{
+	struct lockdb_reply r = { .status = status };
+
+	fake_answer(c, &r);
+}
+
+void
+fake_grant(struct fake_call *c, uint64_t fence)
+{
+	struct lockdb_reply r = { .status = LDB_OK, .fence = fence };
+
+	fake_answer(c, &r);
+}
+
+void
+fake_refuse(struct fake_call *c, uint64_t pttl, uint64_t fence)
+{
+	struct lockdb_reply r = {
+		.status = LDB_NO, .pttl = pttl, .fence = fence
+	};
+
+	fake_answer(c, &r);
+}
+
+/* Bounded: an engine that asked again forever would hang the test. */
+unsigned
+fake_drain(enum lockdb_status status)
+{
+	struct fake_call *c;
+	unsigned n = 0;
+
+	fake_init_once();
+	while ((c = TAILQ_FIRST(&fake.calls)) != NULL && n < 10000) {
+		fake_reply(c, status);
+		n++;
+	}
+	return n;
+}
+
+void
+fake_news(enum lockdb_news_kind kind, const char *name, uint64_t fence)
+{
+	struct lockdb_news n = { kind, name, fence };
+
+	if (fake.news != NULL)
+		fake.news(&n);
+}
+
+void
+fake_connect(void)
+{
+	if (fake.connect != NULL)
+		fake.connect(fake.connect_arg);
+}
+
+void
+fake_set_up(bool up)
+{
+	fake.up = up;
+}
+
+const char *
+fake_op_name(enum fake_op op)
+{
+	static const char *const names[] = { "ACQUIRE", "RELEASE", "HANDOVER",
+		"EXTEND", "STATUS", "WHO", "REVOKE", "CHECK", "WAIT" };
+
+	return names[op];
+}
+
+const char *
+fake_broker(void)
+{
+	return fake.broker;
+}
