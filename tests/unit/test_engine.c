@@ -732,16 +732,25 @@ END_TEST
 START_TEST(test_deadline_no_more_tries)
 {
 	struct lock_acquire_args a = args(0, 30);
+	uint64_t end = mono_ms() + WAIT_MAX_MS;
+	unsigned tries = 0;
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 20;
 	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
-	while (ntold == 0) {
-		ck_assert(wait_calls(1) || ntold > 0);
-		if (fake_count() > 0)
+	/* Every try refused at once, until the deadline. */
+	while (ntold == 0 && mono_ms() < end) {
+		if (fake_count() > 0) {
 			fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+			tries++;
+		}
+		run_ms(1);
 	}
+	ck_assert_uint_ge(tries, 2); /* a retry at 10-20 ms, before 30 */
 	ck_assert_str_eq(told_take(), "1 TIMEOUT");
+	/* A try sent just before the deadline lands: nobody is told. */
+	if (fake_count() > 0)
+		fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	ck_assert_str_eq(told_take(), "");
 	run_ms(50);
 	ck_assert_uint_eq(fake_count(), 0);
 	ck_assert_ptr_null(O(1)->pending);
@@ -966,15 +975,15 @@ START_TEST(test_renewal_skipped_while_regrant)
 	struct lock_acquire_args a = args(0, -1);
 	struct fake_call *c;
 
-	cf.locks.lease_ms = 300;
+	cf.locks.lease_ms = 900; /* a tick every 300 ms */
 	a.token = "tok";
 	hold(1, "a", &a, 1);
 	ck_assert_int_eq(acquire(1, "a", &a), 0);
 	c = expect(FAKE_ACQUIRE, "a");
-	run_ms(150); /* past a tick */
+	run_ms(350); /* past a tick */
 	ck_assert_uint_eq(fake_count(), 1);
 	fake_grant(c, 1);
-	ck_assert_str_eq(told_take(), "1 OK fence=1 ttl=300");
+	ck_assert_str_eq(told_take(), "1 OK fence=1 ttl=900");
 	ck_assert(wait_calls(1));
 	expect(FAKE_EXTEND, "a");
 }
@@ -1781,18 +1790,21 @@ END_TEST
 /* A leader whose lock ends otherwise: no DONE, the next caller leads. */
 START_TEST(test_fill_leader_lost)
 {
-	struct lock_acquire_args f = args(50, -1);
+	struct lock_acquire_args f = args(50, -1), g = args(0, -1);
 
-	f.mode = LOCK_FILL;
+	/* The waiter's only try after its refusal is the one the loss
+	 * makes. */
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	f.mode = g.mode = LOCK_FILL;
 	hold(1, "a", &f, 1);
-	ck_assert_int_eq(acquire(2, "a", &f), 0);
+	ck_assert_int_eq(acquire(2, "a", &g), 0);
 	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
 	ck_assert(wait_told(1));
 	ck_assert_str_eq(told_take(), "1 LOST a 1 expired");
-	fake_reply(expect_find(FAKE_RELEASE, "a"), LDB_OK);
-	ck_assert(wait_calls(1));
+	ck_assert_uint_eq(fake_count(), 2);
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_OK);
 	fake_grant(expect(FAKE_ACQUIRE, "a"), 2);
-	ck_assert_str_eq(told_take(), "2 OK fence=2 ttl=50");
+	ck_assert_str_eq(told_take(), "2 OK fence=2 ttl=10000");
 }
 END_TEST
 
