@@ -1284,6 +1284,126 @@ START_TEST(test_extend_refused)
 }
 END_TEST
 
+/* Two EXTENDs of one grant in Redis at once: Redis runs them in order, so
+ * only the answer to the last one sent sets the lease; an earlier one's
+ * may only shorten it (docs/protocol.md §3). Either order of answers
+ * leaves the hold on the last one's lease. */
+START_TEST(test_extend_answers_out_of_order)
+{
+	struct lock_acquire_args a = args(1000, -1);
+	struct fake_call *first, *last;
+
+	a.token = "tokE";
+	hold(1, "a", &a, 1);
+	ck_assert_int_eq(extend(2, "a", 5000, "tokE"), 0);
+	ck_assert_int_eq(extend(3, "a", 3000, "tokE"), 0);
+	first = expect(FAKE_EXTEND, "a");
+	last = fake_pending(1);
+	ck_assert_uint_eq(last->ttl_ms, 3000);
+	if (_i == 0) {
+		fake_reply(first, LDB_OK);
+		ck_assert_uint_le(ttl_left(1, "a"), 1000); /* not yet */
+		fake_reply(last, LDB_OK);
+	} else {
+		fake_reply(last, LDB_OK);
+		fake_reply(first, LDB_OK); /* earlier and longer: ignored */
+	}
+	ck_assert_uint_gt(ttl_left(1, "a"), 2000);
+	ck_assert_uint_le(ttl_left(1, "a"), 3000);
+	ck_assert_str_eq(told_take(),
+	    _i == 0 ? "2 OK ttl=5000; 3 OK ttl=3000"
+		    : "3 OK ttl=3000; 2 OK ttl=5000");
+}
+END_TEST
+
+/* A same-token ACQUIRE in the other family assumes no lease: refused by
+ * Redis (CONFLICT), the holder keeps what it had. */
+START_TEST(test_same_token_other_family)
+{
+	struct lock_acquire_args a = args(1000, -1), s = args(100, -1);
+	struct lockdb_reply r = { .status = LDB_CONFLICT,
+		.mode = LDB_EXCLUSIVE };
+
+	a.token = s.token = "tokF";
+	s.mode = LOCK_SHARED;
+	hold(1, "a", &a, 1);
+	ck_assert_int_eq(acquire(2, "a", &s), 0);
+	ck_assert_uint_gt(ttl_left(1, "a"), 500);
+	fake_answer(expect(FAKE_ACQUIRE, "a"), &r);
+	ck_assert_str_eq(
+	    told_take(), "2 ERR ARGS this token holds it exclusively");
+	ck_assert_uint_gt(ttl_left(1, "a"), 500);
+	ck_assert_ptr_nonnull(hold_of(1, "a"));
+}
+END_TEST
+
+/* A RELEASE by token: the token's holds of other connections here are
+ * lost when it is sent, whatever Redis answers. */
+START_TEST(test_release_by_token_tells_others)
+{
+	struct lock_acquire_args a = args(1000, -1);
+
+	a.token = "tokR";
+	hold(1, "a", &a, 1);
+	hold(2, "a", &a, 1);
+	ck_assert_int_eq(release(3, "a", "tokR"), 0);
+	ck_assert_str_eq(told_take(), "2 LOST a 1 revoked; 1 LOST a 1 revoked");
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_NO);
+	ck_assert_str_eq(
+	    told_take(), "3 ERR NOTHELD the lock is not held by this token");
+}
+END_TEST
+
+/* A RELEASE … TOKEN of a lock nobody here holds is not redone after
+ * ERR UNAVAILABLE: the broker could not tell that grant from a later
+ * one. */
+START_TEST(test_release_by_token_not_redone)
+{
+	cf.redis.command_timeout_ms = 10000;
+	ck_assert_int_eq(release(1, "a", "elsewhere"), 0);
+	ck_assert_uint_eq(expect(FAKE_RELEASE, "a")->fence, 0);
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_UNAVAILABLE);
+	ck_assert_str_eq(
+	    told_take(), "1 ERR UNAVAILABLE Redis did not answer in time");
+	fake_connect();
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
+/* Redis trouble does not end a wait (the head tries again); ERR INTERNAL
+ * does; a try-once answers either. */
+static const struct {
+	int64_t wait_ms;
+	enum lockdb_status st;
+	const char *told; /* "" : still waiting, and tries again */
+} troubles[] = {
+	{ -1, LDB_UNAVAILABLE, "" },
+	{ -1, LDB_INTERNAL, "1 ERR INTERNAL unexpected reply from Redis" },
+	{ 0, LDB_UNAVAILABLE,
+	    "1 ERR UNAVAILABLE Redis did not answer in time" },
+	{ 0, LDB_INTERNAL, "1 ERR INTERNAL unexpected reply from Redis" },
+};
+
+START_TEST(test_redis_trouble_while_waiting)
+{
+	struct lock_acquire_args a = args(0, troubles[_i].wait_ms);
+
+	a.token = "tokW"; /* nothing owed for a client's token */
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	fake_reply(expect(FAKE_ACQUIRE, "a"), troubles[_i].st);
+	ck_assert_str_eq(told_take(), troubles[_i].told);
+	if (troubles[_i].told[0] != '\0') {
+		ck_assert_ptr_null(O(1)->pending);
+		run_ms(20);
+		ck_assert_uint_eq(fake_count(), 0);
+		return;
+	}
+	ck_assert(wait_calls(1));
+	fake_grant(expect(FAKE_ACQUIRE, "a"), 2);
+	ck_assert_str_eq(told_take(), "1 OK fence=2 ttl=10000");
+}
+END_TEST
+
 /* -- Releases owed to Redis -- */
 
 /* A RELEASE Redis did not answer: the hold is forgotten, and the release
@@ -1948,6 +2068,11 @@ engine_suite(void)
 	tcase_add_test(tc, test_same_connection_other_token);
 	LOOP(test_extend, extends);
 	tcase_add_test(tc, test_extend_refused);
+	tcase_add_loop_test(tc, test_extend_answers_out_of_order, 0, 2);
+	tcase_add_test(tc, test_same_token_other_family);
+	tcase_add_test(tc, test_release_by_token_tells_others);
+	tcase_add_test(tc, test_release_by_token_not_redone);
+	LOOP(test_redis_trouble_while_waiting, troubles);
 	tcase_add_test(tc, test_owed_release_on_connect);
 	tcase_add_test(tc, test_owed_release_timer);
 	tcase_add_test(tc, test_owed_release_dropped_by_acquire);
