@@ -1181,6 +1181,36 @@ START_TEST(test_same_token_regrant)
 }
 END_TEST
 
+/* A same-token re-grant answered after its lease ended: ERR UNAVAILABLE,
+ * and the other hold under the token, which trusted the shorter lease
+ * from the moment it was sent, has ended with it; the grant is given
+ * back. */
+START_TEST(test_same_token_late)
+{
+	struct lock_acquire_args a = args(1000, -1), b = args(20, -1);
+	struct fake_call *c;
+
+	a.token = b.token = "tokL";
+	hold(1, "a", &a, 1);
+	ck_assert_int_eq(acquire(2, "a", &b), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	ck_assert(wait_told(1));
+	ck_assert_str_eq(told_take(), "1 LOST a 1 expired");
+	run_ms(10);
+	fake_grant(c, 1);
+	ck_assert_str_eq(told_take(),
+	    "2 ERR UNAVAILABLE the grant came after "
+	    "its lease ended; Redis is slow");
+	ck_assert_ptr_null(hold_of(2, "a"));
+	/* The expired hold left it to the re-grant; the re-grant gives it
+	 * back. */
+	ck_assert_uint_eq(fake_count(), 1);
+	c = expect(FAKE_RELEASE, "a");
+	ck_assert_str_eq(c->token, "tokL");
+	ck_assert_uint_eq(c->fence, 1);
+}
+END_TEST
+
 /* Asked again on its own connection: the hold is updated in place, its
  * kind too; answered NO, the token's holds here are stale (stolen). */
 START_TEST(test_same_token_own_connection)
@@ -1442,6 +1472,26 @@ START_TEST(test_owed_release_on_connect)
 }
 END_TEST
 
+/* Releases owed are bounded by limits.max_waiters: past that the oldest
+ * is left to its lease. */
+START_TEST(test_owed_release_bound)
+{
+	struct lock_acquire_args a = args(5000, -1);
+
+	cf.redis.command_timeout_ms = 10000;
+	cf.limits.max_waiters = 1;
+	hold(1, "a", &a, 1);
+	hold(2, "b", &a, 2);
+	ck_assert_int_eq(release(1, "a", NULL), 0);
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_UNAVAILABLE);
+	ck_assert_int_eq(release(2, "b", NULL), 0);
+	fake_reply(expect(FAKE_RELEASE, "b"), LDB_UNAVAILABLE);
+	fake_connect();
+	ck_assert_uint_eq(expect(FAKE_RELEASE, "b")->fence, 2);
+	ck_assert_uint_eq(fake_count(), 1);
+}
+END_TEST
+
 /* It is also tried again after command_timeout_ms (Redis was only slow);
  * a lease that ran out meanwhile is not released. */
 START_TEST(test_owed_release_timer)
@@ -1693,7 +1743,8 @@ END_TEST
 
 /* Subscribed again: every hold is checked (token and fence); OK keeps
  * it, NO loses it (revoked if a REVOKE with its fence is remembered,
- * else stolen), no answer asks again after command_timeout_ms. */
+ * else stolen), no answer asks again (after a back-off) until one
+ * comes. */
 START_TEST(test_missed_checks)
 {
 	struct lock_acquire_args a = args(5000, -1);
@@ -1716,6 +1767,8 @@ START_TEST(test_missed_checks)
 	fake_reply(expect_find(FAKE_CHECK, "d"), LDB_UNAVAILABLE);
 	ck_assert_str_eq(told_take(), "2 LOST b 2 revoked; 3 LOST c 3 stolen");
 	ck_assert_uint_eq(fake_count(), 0);
+	ck_assert(wait_calls(1));
+	fake_reply(expect(FAKE_CHECK, "d"), LDB_INTERNAL);
 	ck_assert(wait_calls(1));
 	fake_reply(expect(FAKE_CHECK, "d"), LDB_NO);
 	ck_assert_str_eq(told_take(), "4 LOST d 4 stolen");
@@ -2023,6 +2076,47 @@ START_TEST(test_acquire_bad_args)
 }
 END_TEST
 
+/* -- Where the engine and docs/protocol.md disagree --
+ *
+ * Written the way the docs say, so they FAIL on the engine as it is; they
+ * run only as 'unit-engine-known' (test_engine --known), which meson
+ * expects to fail (should_fail). When the engine or the docs change so
+ * that one passes, that test reports an unexpected pass: move it up into
+ * the suite, or drop it. */
+
+/* KNOWN MISMATCH: §3 Renewal: "No renewal is sent while the connection
+ * has a request of its own on that name in progress (a tick is skipped)."
+ * lockhold_renew_timer_cb skips a tick only for the connection's own
+ * ACQUIRE or EXTEND of the name; with its STATUS (or VALIDATE, WHO,
+ * REVOKE, RELEASE) of the name in Redis the renewal is sent. */
+START_TEST(test_known_no_renewal_during_own_request)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct lock_result res;
+
+	cf.locks.lease_ms = 300; /* a tick every 100 ms */
+	hold(1, "a", &a, 1);
+	ck_assert_int_eq(lock_status(O(1), "a", &res), 0);
+	run_ms(150); /* past a tick */
+	ck_assert_msg(fake_count() == 1,
+	    "%u calls: a renewal was sent while STATUS a was in progress",
+	    fake_count());
+	fake_reply(expect(FAKE_STATUS, "a"), LDB_NO);
+}
+END_TEST
+
+static Suite *
+known_suite(void)
+{
+	Suite *s = suite_create("engine-known");
+	TCase *tc = tcase_create("known");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_known_no_renewal_during_own_request);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
 static Suite *
 engine_suite(void)
 {
@@ -2064,6 +2158,7 @@ engine_suite(void)
 	LOOP(test_wait_replicas, replicas);
 	tcase_add_test(tc, test_wait_replicas_regrant);
 	tcase_add_test(tc, test_same_token_regrant);
+	tcase_add_test(tc, test_same_token_late);
 	tcase_add_test(tc, test_same_token_own_connection);
 	tcase_add_test(tc, test_same_connection_other_token);
 	LOOP(test_extend, extends);
@@ -2074,6 +2169,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_release_by_token_not_redone);
 	LOOP(test_redis_trouble_while_waiting, troubles);
 	tcase_add_test(tc, test_owed_release_on_connect);
+	tcase_add_test(tc, test_owed_release_bound);
 	tcase_add_test(tc, test_owed_release_timer);
 	tcase_add_test(tc, test_owed_release_dropped_by_acquire);
 	tcase_add_test(tc, test_release_in_redis_forgotten);
@@ -2098,10 +2194,12 @@ engine_suite(void)
 	return s;
 }
 
+/* With --known: only the tests of known disagreements (above). */
 int
-main(void)
+main(int argc, char **argv)
 {
-	SRunner *sr = srunner_create(engine_suite());
+	bool known = argc > 1 && strcmp(argv[1], "--known") == 0;
+	SRunner *sr = srunner_create(known ? known_suite() : engine_suite());
 	int failed;
 
 	srunner_run_all(sr, CK_NORMAL);
