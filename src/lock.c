@@ -31,6 +31,25 @@ static const struct config *cf;
 
 static struct lock_hold *lock_hold_of(struct lock_name *ln, const char *token);
 
+/*
+ * A release (a client's, or lock_release's) went through, sent at sent_ms:
+ * handed to one of our tickets, that waiter has it; to another broker's,
+ * that broker's waiter does; else waiters here may try.
+ */
+static void
+lock_released(const char *name, const struct lockdb_reply *r, uint64_t sent_ms)
+{
+	struct lock_name *ln;
+
+	if (r->fence != 0) {
+		STAT_INC(handovers_total);
+		if (r->ticket != 0)
+			lockq_handed(
+			    name, r->ticket, r->fence, r->token, sent_ms);
+	} else if ((ln = lockname_find(name)) != NULL)
+		lockq_kick(ln);
+}
+
 static bool
 lock_check_name(const char *name, struct lock_result *res)
 {
@@ -259,19 +278,25 @@ lock_notheld(struct lock_req *req)
 	    req, PERR_NOTHELD, "the lock is not held by this token");
 }
 
-/* handed: the lock went to the local head, so nobody else need try. */
+/*
+ * A RELEASE's answer. Released with a hand-over to one of our tickets: that
+ * waiter has it, counted from when the release was sent; to another
+ * broker's: that broker tells its waiter. Released with none: the head
+ * here tries at once.
+ */
 static void
-lock_release_done(
-    struct lock_req *req, const struct lockdb_reply *r, bool handed)
+lock_release_cb(const struct lockdb_reply *r, void *arg)
 {
-	/* Not ours either way; or ours until Redis hears of it (below). */
+	struct lock_req *req = arg;
+
+	/* Not ours either way; or ours until Redis hears of it (below). The
+	 * old hold goes first: the new one may carry the same token. */
 	lockhold_drop_token(req->ln, req->token, req->owner,
 	    r->status == LDB_NO ? LOST_STOLEN : LOST_REVOKED);
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		lockreq_answer_status(req, LOCK_OK);
-		if (!handed)
-			lockq_kick(req->ln); /* the head tries at once */
+		lock_released(req->ln->name, r, req->start_ms);
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
 	else {
@@ -286,42 +311,12 @@ lock_release_done(
 	lockreq_free(req);
 }
 
-static void
-lock_release_cb(const struct lockdb_reply *r, void *arg)
-{
-	lock_release_done(arg, r, false);
-}
-
-static void
-lock_handover_cb(const struct lockdb_reply *r, void *arg)
-{
-	struct lock_req *req = arg, *next = req->next;
-	/* Unanswered, it may have been granted: the head's own retry (same
-	 * token) finds out. */
-	struct lockdb_reply head = { r->status, r->fence, 0, r->busy };
-
-	/* The old hold goes first: the new one may carry the same token. */
-	req->next = NULL;
-	lock_release_done(req, r, r->status == LDB_OK && r->fence != 0);
-	if ((r->status == LDB_OK && r->fence != 0) ||
-	    r->status == LDB_UNAVAILABLE) {
-		lockq_attempt_cb(&head, next);
-		return;
-	}
-	/* Not the releaser's to give, released with no fence for the head,
-	 * or a bad reply: the head never tried, so the claim is undone and
-	 * it tries on its own, now. */
-	lockq_unclaim(next);
-}
-
 int
 lock_release(struct lock_owner *o, const char *name, const char *token,
     struct lock_result *res)
 {
 	struct lock_req *req;
 	struct lock_hold *h;
-	struct lockdb_ask ask;
-	char info[LOCKREQ_INFO];
 
 	if ((token = lock_token_for(o, name, token, res)) == NULL)
 		return -1;
@@ -335,17 +330,8 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 						      : LDB_DONE_IF_WAITED;
 	if (h != NULL)
 		h->releasing = true; /* no new FILL waiter waits on it */
-	/* Only an exclusive holder known here hands over; a FILL leader's
-	 * release is news for its waiters (DONE). */
-	if (h != NULL && h->mode == LOCK_EXCLUSIVE &&
-	    (req->next = lockq_handover_claim(req->ln)) != NULL) {
-		lockreq_ask(req->next, 0, &ask, info, sizeof info);
-		lockdb_handover(
-		    name, req->token, req->fence, &ask, lock_handover_cb, req);
-	} else {
-		lockdb_release(name, req->token, req->fence, req->done,
-		    config_mark_ms(cf), lock_release_cb, req);
-	}
+	lockdb_release(name, req->token, req->fence, req->done,
+	    config_mark_ms(cf), lock_release_cb, req);
 	/* Other connections holding the grant: gone from now on. */
 	lockhold_release_sent(req->ln, req->token, o);
 	return 0;
@@ -621,16 +607,6 @@ lock_owner_eof(struct lock_owner *o)
 	return true;
 }
 
-/* A release through lockrel went through: waiters here may try. */
-static void
-lock_released(const char *name)
-{
-	struct lock_name *ln = lockname_find(name);
-
-	if (ln != NULL)
-		lockq_kick(ln);
-}
-
 void
 lock_init(struct event_base *base, const struct config *config)
 {
@@ -638,7 +614,8 @@ lock_init(struct event_base *base, const struct config *config)
 	lockreq_init(base);
 	lockrel_init(base, cf, lock_released);
 	lockhold_init(base, cf, lockq_kick);
-	lockdb_init(cf->redis.prefix, lockreq_broker());
+	lockdb_init(cf->redis.prefix, lockreq_broker(),
+	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf));
 	lockq_init(base, cf);
 }
 

@@ -375,7 +375,10 @@ lockhold_check_retry_cb(evutil_socket_t fd, short what, void *arg)
 /*
  * A check not answered is asked again until Redis says: a REVOKE missed
  * while the subscriber was away (or a Redis that lost the lock) must not
- * go untold because Redis was away too when the broker first asked.
+ * go untold because Redis was away too when the broker first asked. The
+ * command connection usually comes back with the subscriber, within
+ * milliseconds: ask again after retry_min_ms, doubling up to
+ * command_timeout_ms.
  */
 static void
 lockhold_check_cb(const struct lockdb_reply *r, void *arg)
@@ -390,8 +393,13 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 		    (req->deadline_ev = evtimer_new(
 			 hold.base, lockhold_check_retry_cb, req)) == NULL)
 			fatalx("lock: evtimer_new failed");
-		lockreq_timer(req->deadline_ev,
-		    (uint64_t)hold.cf->redis.command_timeout_ms);
+		req->retry_ms = req->retry_ms == 0
+		    ? (uint64_t)hold.cf->locks.retry_min_ms
+		    : req->retry_ms * 2;
+		if (req->retry_ms > (uint64_t)hold.cf->redis.command_timeout_ms)
+			req->retry_ms =
+			    (uint64_t)hold.cf->redis.command_timeout_ms;
+		lockreq_timer(req->deadline_ev, req->retry_ms);
 		return;
 	}
 	if (h != NULL && r->status == LDB_OK && req->again) {

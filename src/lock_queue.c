@@ -33,11 +33,16 @@ static struct {
 	struct event_base *base;
 	const struct config *cf;
 	unsigned nwaiters;
+	uint64_t tickets;   /* tickets given out: the last one's n */
 	uint64_t sub_epoch; /* the subscriptions made (messages missed) */
 	bool stopping;	    /* SIGTERM: no more waiting */
 } q;
 
 static void lockq_retry_cb(evutil_socket_t fd, short what, void *arg);
+static void lockq_side_cb(const struct lockdb_reply *r, void *arg);
+static void lockq_take(struct lock_req *req);
+static void lockq_confirm(struct lock_req *req);
+static void lockq_confirm_cb(const struct lockdb_reply *r, void *arg);
 
 /* The head's next try in ms; the timer is made the first time it is. */
 static void
@@ -67,6 +72,28 @@ lockq_dequeue(struct lock_req *req)
 	STAT_SET(waiters, q.nwaiters);
 	if (req->deadline_ev != NULL)
 		evtimer_del(req->deadline_ev);
+	/* Left without a grant: its place goes (a grant took it already),
+	 * and a hand-over it was to confirm is given back. */
+	if (req->took && !req->granted)
+		lockdb_cancel(req->ln->name, req->ticket);
+	if (req->handed != 0 && !req->granted)
+		lockrel_release(
+		    req->ln->name, req->token, req->handed, false, 0);
+	req->handed = 0;
+}
+
+/* The waiter whose tries keep the name's queue here going: the first with
+ * a ticket (the first live ticket anywhere is always one of these), else
+ * the first. */
+static struct lock_req *
+lockq_trier(struct lock_name *ln)
+{
+	struct lock_req *r;
+
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r->ticket != 0)
+			return r;
+	return TAILQ_FIRST(&ln->waiters);
 }
 
 /* Nobody wants this acquire's answer any more; free it unless in Redis. */
@@ -99,6 +126,15 @@ lockq_schedule(struct lock_name *ln, uint64_t pttl)
 	if (pttl < delay)
 		delay = pttl + 1;
 	lockq_retry_at(ln, delay);
+}
+
+/* The trier tries again some time, unless a try or its timer is on. */
+static void
+lockq_keep_trying(struct lock_name *ln)
+{
+	if (!ln->attempting &&
+	    (ln->retry_ev == NULL || !evtimer_pending(ln->retry_ev, NULL)))
+		lockq_schedule(ln, UINT64_MAX);
 }
 
 static void
@@ -220,6 +256,7 @@ lockq_grant_late(struct lock_req *req, uint64_t fence)
 static void
 lockq_attempt_begin(struct lock_req *req)
 {
+	req->trying = true;
 	req->ln->attempting = true;
 	req->ln->kicked = false;
 	lockreq_send(req);
@@ -236,6 +273,7 @@ static void
 lockq_attempt_end(struct lock_req *req)
 {
 	lockname_pin(req->ln);
+	req->trying = false;
 	req->ln->attempting = false;
 	lockreq_landed(req);
 }
@@ -254,13 +292,18 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	int want = q.cf->redis.wait_replicas;
 
 	if (r->status == LDB_OK && r->fence >= (uint64_t)want) {
-		lockq_attempt_cb(&granted, req);
+		(req->trying ? lockq_attempt_cb : lockq_side_cb)(&granted, req);
 		return;
 	}
 	log_warnx("lock %s: granted, but %" PRIu64
 		  " of %d replicas have it; released",
 	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
-	lockq_attempt_end(req);
+	if (req->trying)
+		lockq_attempt_end(req);
+	else {
+		lockname_pin(ln);
+		lockreq_landed(req);
+	}
 	/* Not if a hold or request here has the same grant (a same-token
 	 * re-grant gets its fence back). */
 	if (!lockq_token_used(ln, req->token, req))
@@ -371,6 +414,8 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	lockq_attempt_end(req);
 	if (r->status == LDB_UNAVAILABLE)
 		req->unsure = true;
+	if (r->status == LDB_OK)
+		req->took = false; /* the grant took it out of the queue */
 	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
 		next = 0; /* given back: the head tries again at once */
 		if (req->owner == NULL || req->wait_ms == 0) {
@@ -403,7 +448,9 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 			req->marked_writer = true;
 		if (req->mode == LOCK_FILL && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
-		if (req->wait_ms == 0) {
+		if (req->handed != 0)
+			lockq_confirm(req);
+		else if (req->wait_ms == 0) {
 			STAT_INC(timeouts_total);
 			lockq_dequeue(req);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
@@ -436,20 +483,184 @@ lockq_mark_ms(const struct lock_req *req)
 	return config_mark_ms(q.cf);
 }
 
-/* Only the head of a queue talks to Redis. */
+/* The scripts' view of req's try, with its ticket: the try takes its
+ * place, and names the least ticket this broker still queues on the name
+ * (earlier ones left). */
+static void
+lockq_ask(struct lock_req *req, struct lockdb_ask *a, char *info, size_t len)
+{
+	struct lock_req *first = lockq_trier(req->ln);
+
+	lockreq_ask(req, lockq_mark_ms(req), a, info, len);
+	if (req->wait_ms == 0)
+		a->ticket = 0; /* turned try-once (input ended): no place */
+	else if (req->ticket != 0) {
+		req->took = true;
+		a->least = first->ticket != 0 && first->ticket < req->ticket
+		    ? first->ticket
+		    : req->ticket;
+	}
+}
+
+/* Only the trier of a queue asks Redis again and again. */
 void
 lockq_attempt(struct lock_name *ln)
 {
-	struct lock_req *req = TAILQ_FIRST(&ln->waiters);
+	struct lock_req *req = lockq_trier(ln);
 	struct lockdb_ask a;
 	char info[LOCKREQ_INFO];
 
-	if (req == NULL || ln->attempting)
+	if (req == NULL || ln->attempting || req->in_flight)
 		return;
 	lockq_attempt_begin(req);
 	req->tried_us = mono_us();
-	lockreq_ask(req, lockq_mark_ms(req), &a, info, sizeof info);
+	lockq_ask(req, &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
+}
+
+/* A waiter behind the trier takes its ticket's place (its one try; it may
+ * be granted, if the name is free and nobody queues before it). */
+static void
+lockq_take(struct lock_req *req)
+{
+	struct lockdb_ask a;
+	char info[LOCKREQ_INFO];
+
+	lockreq_send(req);
+	req->start_ms = mono_ms();
+	req->sub_epoch = q.sub_epoch;
+	lockhold_assume(req);
+	lockreq_token_asks(req);
+	lockq_ask(req, &a, info, sizeof info);
+	lockdb_acquire(req->ln->name, &a, lockq_side_cb, req);
+}
+
+/*
+ * Another broker's release handed req the name (fence), with a lease of
+ * at most that broker's handoff; req counts it only once it confirmed it
+ * itself (EXTEND with the fence, to its own ttl): its validity is counted
+ * from sending that, as for any try.
+ */
+static void
+lockq_confirm(struct lock_req *req)
+{
+	uint64_t fence = req->handed;
+
+	req->handed = 0;
+	req->fence = fence;
+	lockreq_send(req);
+	req->start_ms = mono_ms();
+	req->sub_epoch = q.sub_epoch;
+	lockhold_assume(req);
+	lockdb_extend(req->ln->name, req->token, fence, req->ttl_ms,
+	    lockq_confirm_cb, req);
+}
+
+static void
+lockq_confirm_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lockdb_reply out = *r;
+
+	/* Confirmed is granted, with the fence it was handed; not confirmed
+	 * (its lease ran out, or someone revoked it) is refused: the waiter
+	 * queues again. */
+	out.fence = req->fence;
+	lockq_side_cb(&out, req);
+}
+
+/*
+ * The answer to a try of a waiter that is not the trier (a take, a
+ * confirmation, or its WAIT for replicas): granted, or still waiting.
+ */
+static void
+lockq_side_cb(const struct lockdb_reply *r, void *arg)
+{
+	struct lock_req *req = arg;
+	struct lock_name *ln = req->ln;
+
+	if (r->status == LDB_OK && q.cf->redis.wait_replicas > 0 &&
+	    !req->replicating) {
+		lockq_replicate(req, r->fence);
+		return;
+	}
+	lockname_pin(ln);
+	lockreq_landed(req);
+	if (r->status == LDB_UNAVAILABLE)
+		req->unsure = true;
+	if (r->status == LDB_OK)
+		req->took = false; /* the grant took it out of the queue */
+	if (r->status == LDB_OK && !lockq_grant_late(req, r->fence))
+		lockq_granted(req, r->fence);
+	else if (req->owner == NULL)
+		lockq_dequeue(req); /* freed below */
+	else if (r->status == LDB_CONFLICT)
+		lockq_conflict(req, r);
+	else if (r->status == LDB_INTERNAL) {
+		lockq_dequeue(req);
+		lockreq_answer_db_error(req, r);
+	} else if (req->handed != 0)
+		lockq_confirm(req);
+	else if (req->queued && !req->took)
+		lockq_take(req); /* not granted after all: queue again */
+	if (!req->queued && !req->in_flight)
+		lockreq_free(req);
+	lockq_keep_trying(ln);
+	lockname_unref(ln);
+}
+
+/*
+ * A release handed name to our ticket n (fence, under token): by this
+ * broker (sent_ms: when that release was sent, which its lease counts
+ * from) or by another (0: to be confirmed first). A waiter that left has
+ * the grant released, which hands it on.
+ */
+void
+lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
+    const char *token, uint64_t sent_ms)
+{
+	struct lock_name *ln = lockname_find(name);
+	struct lock_req *req = NULL;
+	struct lock_hold *h;
+
+	if (ln != NULL)
+		TAILQ_FOREACH (req, &ln->waiters, queue_entry)
+			if (req->ticket == ticket)
+				break;
+	if (req == NULL || strcmp(req->token, token) != 0) {
+		/* Its waiter left; or, told by another broker (the message
+		 * may come after the answer), a try of its own found the
+		 * grant its token's and it holds it: then it is its. */
+		if (ln != NULL)
+			LIST_FOREACH (h, &ln->holds, name_entry)
+				if (h->fence == fence &&
+				    strcmp(h->token, token) == 0)
+					return;
+		lockrel_release(name, token, fence, false, 0);
+		return;
+	}
+	STAT_INC(handovers_in_total);
+	req->took = false; /* out of the queue in Redis */
+	if (req->in_flight) {
+		/* A try of its own is in Redis: sent after our release (this
+		 * connection keeps order), it finds the grant its own; one
+		 * sent to confirm a hand-over is the same grant. Another
+		 * broker's hand-over is confirmed once it answers. */
+		if (sent_ms == 0)
+			req->handed = fence;
+		return;
+	}
+	if (sent_ms == 0) {
+		req->handed = fence;
+		lockq_confirm(req);
+		return;
+	}
+	lockname_pin(ln);
+	lockreq_send(req);
+	req->start_ms = sent_ms;
+	lockq_side_cb(
+	    &(struct lockdb_reply){ .status = LDB_OK, .fence = fence }, req);
+	lockname_unref(ln);
 }
 
 /* WAIT ran out: TIMEOUT now; an attempt still in Redis is undone later. */
@@ -494,7 +705,7 @@ lockq_first_try(struct lock_name *ln, struct lock_req *req)
 {
 	uint64_t left = 0, max = (uint64_t)q.cf->locks.retry_max_ms;
 
-	if (req->wait_ms != 0 && req->mode != LOCK_FILL)
+	if (req->wait_ms != 0 && req->mode != LOCK_FILL && req->ticket == 0)
 		left = lockq_local_hold_left(ln, req->token);
 	if (left == 0)
 		lockq_attempt(ln);
@@ -509,6 +720,11 @@ lockq_enqueue(struct lock_req *req)
 
 	if (req->mode == LOCK_FILL && req->wait_ms != 0)
 		req->watch = lockq_watch_of(ln);
+	/* An exclusive waiter's place is one queue for every broker. */
+	if (req->mode == LOCK_EXCLUSIVE && req->wait_ms != 0) {
+		req->ticket = ++q.tickets;
+		STAT_INC(tickets_total);
+	}
 	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
 	req->queued = true;
 	q.nwaiters++;
@@ -519,10 +735,12 @@ lockq_enqueue(struct lock_req *req)
 			fatalx("lock: evtimer_new failed");
 		lockreq_timer(req->deadline_ev, (uint64_t)req->wait_ms);
 	}
-	if (TAILQ_FIRST(&ln->waiters) == req && !ln->attempting) {
+	if (lockq_trier(ln) == req && !ln->attempting) {
 		ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
 		lockq_first_try(ln, req);
+	} else if (req->ticket != 0) {
+		lockq_take(req);
 	} else if (req->mode == LOCK_FILL && req->wait_ms != 0 &&
 	    req->watch == 0) {
 		/* The head's next try tells it which leader it waits on. */
@@ -535,8 +753,14 @@ lockq_enqueue(struct lock_req *req)
 static void
 lockq_missed(struct lock_name *ln, void *arg)
 {
-	if (!TAILQ_EMPTY(&ln->waiters))
+	struct lock_req *r, *trier = lockq_trier(ln);
+
+	if (trier != NULL)
 		lockq_retry_at(ln, 0);
+	/* A hand-over's message may be among them: a try finds the grant. */
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r != trier && r->ticket != 0 && !r->in_flight)
+			lockq_take(r);
 	lockhold_recheck(ln);
 }
 
@@ -564,6 +788,11 @@ lockq_news_cb(const struct lockdb_news *news)
 		lockq_resubscribed();
 		return;
 	}
+	if (news->kind == LDB_NEWS_HANDED) {
+		lockq_handed(
+		    news->name, news->ticket, news->fence, news->token, 0);
+		return;
+	}
 	if ((ln = lockname_find(news->name)) == NULL)
 		return;
 	lockname_pin(ln);
@@ -577,40 +806,6 @@ lockq_news_cb(const struct lockdb_news *news)
 		ln->heard[ln->nheard++ % 4] = news->fence;
 		lockhold_released(ln, news->fence);
 	}
-	lockq_kick(ln);
-	lockname_unref(ln);
-}
-
-/*
- * A release with a local head waiter that has no try of its own in Redis
- * grants to it in the same script (lockdb_handover): one round trip, and
- * the lock is never free for anyone to slip in between. The head's side
- * of the answer is an attempt's answer.
- */
-struct lock_req *
-lockq_handover_claim(struct lock_name *ln)
-{
-	struct lock_req *next = TAILQ_FIRST(&ln->waiters);
-
-	if (next == NULL || next->mode != LOCK_EXCLUSIVE || ln->attempting ||
-	    q.stopping || chaos_fault == CHAOS_BLIND_RELEASE)
-		return NULL;
-	lockq_retry_stop(ln);
-	lockq_attempt_begin(next);
-	return next;
-}
-
-void
-lockq_unclaim(struct lock_req *next)
-{
-	struct lock_name *ln = next->ln;
-
-	lockname_pin(ln);
-	next->tries--;
-	lockreq_landed(next);
-	ln->attempting = false;
-	if (!next->queued)
-		lockreq_free(next); /* it left meanwhile */
 	lockq_kick(ln);
 	lockname_unref(ln);
 }

@@ -36,12 +36,11 @@ bool lockq_grant_late(struct lock_req *req, uint64_t fence);
 void lockq_conflict(struct lock_req *req, const struct lockdb_reply *r);
 /* Cancel the head's scheduled try. */
 void lockq_retry_stop(struct lock_name *ln);
-/* The head a RELEASE here may hand the lock to in the same script, now
- * counted as trying; NULL if none may. */
-struct lock_req *lockq_handover_claim(struct lock_name *ln);
-/* The hand-over never tried for next after all: it tries on its own, now
- * (or is freed, if it left meanwhile). */
-void lockq_unclaim(struct lock_req *next);
+/* A release handed name to this broker's ticket n, as fence under token:
+ * sent_ms is when this broker sent that release, or 0 when another broker
+ * made it (the grant is confirmed first). */
+void lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
+    const char *token, uint64_t sent_ms);
 /* SIGTERM: every waiter is told ERR SHUTDOWN; no more waiting. */
 void lockq_stop(void);
 bool lockq_stopping(void);

@@ -28,6 +28,7 @@ struct lockrel {
 	uint64_t lease_end_ms;	    /* 0: unknown, ask Redis */
 	enum lockdb_done done;	    /* a client's RELEASE: FILL waiters' DONE */
 	uint64_t fence;		    /* the grant meant; 0: any of the token's */
+	uint64_t sent_ms;	    /* when it was last sent */
 	char token[PROTO_TOKEN_MAX + 1];
 	char name[];
 };
@@ -116,6 +117,7 @@ lockrel_send(struct lockrel *r, uint64_t fence, enum lockdb_done done,
     uint64_t done_ms, lockdb_cb *cb)
 {
 	TAILQ_INSERT_TAIL(&rel.sending, r, entry);
+	r->sent_ms = mono_ms();
 	lockdb_release(r->name, r->token, fence, done, done_ms, cb, r);
 }
 
@@ -129,7 +131,7 @@ lockrel_done_cb(const struct lockdb_reply *r, void *arg)
 		/* Not ours to redo: the token asked for the lock again. */
 	} else if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
-		rel.released(req->name);
+		rel.released(req->name, r, req->sent_ms);
 	} else if (r->status == LDB_UNAVAILABLE && !rel.stopping) {
 		lockrel_owe(req);
 		return;
@@ -192,7 +194,7 @@ lockrel_late_cb(const struct lockdb_reply *r, void *arg)
 	} else if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
 		log_info("lock %s: released after Redis came back", req->name);
-		rel.released(req->name);
+		rel.released(req->name, r, req->sent_ms);
 	} else if (r->status == LDB_NO)
 		log_info("lock %s: its lease ran out before Redis came back",
 		    req->name);

@@ -17,8 +17,11 @@
 struct event_base;
 struct config;
 
-/* name was released in Redis: its waiters here may try. */
-typedef void lockrel_released_fn(const char *name);
+/* name was released in Redis by a release sent at sent_ms (r says whether
+ * it was handed to a queued waiter): its waiters here may try. */
+struct lockdb_reply;
+typedef void lockrel_released_fn(
+    const char *name, const struct lockdb_reply *r, uint64_t sent_ms);
 
 void lockrel_init(struct event_base *base, const struct config *cf,
     lockrel_released_fn *released);

@@ -225,6 +225,8 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 	a->watch = req->watch;
 	a->clear_writer = req->marked_writer;
 	a->info = info;
+	a->ticket = req->ticket;
+	a->least = req->ticket;
 }
 
 void

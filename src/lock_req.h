@@ -45,7 +45,6 @@ struct lock_req {
 	struct lock_owner *owner; /* NULL once nobody waits for the answer */
 	struct lock_name *ln;	  /* referenced */
 	struct lock_hold *hold;	  /* OP_RENEW, OP_CHECK; NULL once it is gone */
-	struct lock_req *next;	  /* OP_RELEASE: the waiter handed it */
 	enum lockdb_done done;	  /* OP_RELEASE: how it tells FILL waiters */
 	char token[PROTO_TOKEN_MAX + 1];
 	bool own_token; /* the broker made it: nobody else knows it */
@@ -57,6 +56,7 @@ struct lock_req {
 	bool queued;
 	bool in_flight;
 	bool again;  /* OP_CHECK: more was missed while it was in Redis */
+	bool trying; /* its name's attempt (lockq) is this request's */
 	bool asking; /* in ln->asking */
 	bool forget; /* OP_RELEASE: its token asked again; never redone */
 	enum lock_kind kind;
@@ -72,6 +72,14 @@ struct lock_req {
 	uint64_t lease_end_ms; /* a release: when the lease runs out, or 0 */
 	uint64_t lease_seq;    /* numbered by lockhold_assume when sent */
 	uint64_t sub_epoch;    /* lockq_sub_epoch() when an ACQUIRE was sent */
+	/* A waiter's place in the queue every broker shares (docs/protocol.md
+	 * §3 Waiting): ticket n, 0 for none; took: a try carried it, so it
+	 * may be queued in Redis; handed: a grant another broker's release
+	 * handed it while a try of its own was in Redis (confirmed after). */
+	uint64_t ticket;
+	bool took;
+	uint64_t handed;
+	uint64_t retry_ms; /* OP_CHECK: the wait before asking again */
 	struct event *deadline_ev;
 };
 

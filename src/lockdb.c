@@ -24,7 +24,7 @@
 struct lockdb_script {
 	struct redisc_script rs;
 	int nkeys;
-	const char *keys[8];
+	const char *keys[12];
 };
 
 #define LOCKDB_SCRIPT(x, X)                                                    \
@@ -37,7 +37,7 @@ LOCKDB_SCRIPT(acquire, ACQUIRE);
 LOCKDB_SCRIPT(share, SHARE);
 LOCKDB_SCRIPT(release, RELEASE);
 LOCKDB_SCRIPT(blind_release, BLIND_RELEASE); /* CHAOS_BLIND_RELEASE */
-LOCKDB_SCRIPT(handover, HANDOVER);
+LOCKDB_SCRIPT(cancel, CANCEL);
 LOCKDB_SCRIPT(extend, EXTEND);
 LOCKDB_SCRIPT(status, STATUS);
 LOCKDB_SCRIPT(who, WHO);
@@ -47,7 +47,7 @@ LOCKDB_SCRIPT(revoke, REVOKE);
 enum lockdb_op {
 	LDB_ACQUIRE,
 	LDB_RELEASE,
-	LDB_HANDOVER,
+	LDB_CANCEL,
 	LDB_EXTEND,
 	LDB_STATUS,
 	LDB_WHO,
@@ -66,9 +66,13 @@ struct lockdb_req {
 
 static struct {
 	const char *prefix;
-	const char *broker; /* "<host>:<pid>:<random>", as entries name it */
-	char channel[128];
-	lockdb_news_fn *news; /* what the release channel says goes here */
+	const char *broker;   /* "<host>:<pid>:<random>", as entries name it */
+	char channel[128];    /* the release channel, every broker's */
+	char to[128];	      /* "<prefix>to:": + a broker, that broker's */
+	char mine[256];	      /* this broker's: hand-overs to its tickets */
+	char handoff[24];     /* ms a hand-over waits for its broker */
+	char live[24];	      /* ms a broker with waiters goes without asking */
+	lockdb_news_fn *news; /* what the channels say goes here */
 } ldb;
 
 /*
@@ -102,10 +106,28 @@ lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
 	return true;
 }
 
-static void
-lockdb_message_cb(const char *msg, size_t len, void *arg)
+/* On this broker's channel: "<name> <n> <fence> <token>", a release
+ * handed name to ticket n. */
+static bool
+lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
 {
-	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0 };
+	char *w[5];
+
+	if (proto_split(msg, len, w, 5) != 4 || !proto_valid_name(w[0]) ||
+	    proto_parse_u64(w[1], UINT64_MAX, &news->ticket) != 0 ||
+	    proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0 ||
+	    !proto_valid_token(w[3]))
+		return false;
+	news->kind = LDB_NEWS_HANDED;
+	news->name = w[0];
+	news->token = w[3];
+	return true;
+}
+
+static void
+lockdb_message_cb(const char *channel, const char *msg, size_t len, void *arg)
+{
+	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0, 0, NULL };
 	char buf[PROTO_NAME_MAX + 160];
 
 	if (msg != NULL) {
@@ -113,7 +135,9 @@ lockdb_message_cb(const char *msg, size_t len, void *arg)
 			return;
 		memcpy(buf, msg, len);
 		buf[len] = '\0';
-		if (!lockdb_parse_news(buf, len, &news))
+		if (strcmp(channel, ldb.mine) == 0
+			? !lockdb_parse_handed(buf, len, &news)
+			: !lockdb_parse_news(buf, len, &news))
 			return;
 	}
 	ldb.news(&news);
@@ -123,7 +147,7 @@ void
 lockdb_subscribe(lockdb_news_fn *fn)
 {
 	ldb.news = fn;
-	redisc_subscribe(ldb.channel, lockdb_message_cb, NULL);
+	redisc_subscribe(ldb.channel, ldb.mine, lockdb_message_cb, NULL);
 }
 
 void
@@ -231,6 +255,34 @@ lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 	return false;
 }
 
+/* A release's {0}, {1}, {1, fence, 0} (handed to another broker's
+ * ticket) or {1, fence, n, token} (to ours). */
+static bool
+lockdb_parse_release(const redisReply *r, struct lockdb_reply *out)
+{
+	redisReply **e = r->element;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+	    e[0]->type != REDIS_REPLY_INTEGER)
+		return false;
+	out->status = e[0]->integer == 1 ? LDB_OK : LDB_NO;
+	if (r->elements == 1)
+		return true;
+	if (r->elements < 3 || e[1]->type != REDIS_REPLY_INTEGER ||
+	    e[1]->integer <= 0 || e[2]->type != REDIS_REPLY_INTEGER ||
+	    e[2]->integer < 0)
+		return false;
+	out->fence = (uint64_t)e[1]->integer;
+	out->ticket = (uint64_t)e[2]->integer;
+	if (out->ticket == 0)
+		return r->elements == 3;
+	if (r->elements != 4 || e[3]->type != REDIS_REPLY_STRING ||
+	    !proto_valid_token(e[3]->str))
+		return false;
+	out->token = e[3]->str;
+	return true;
+}
+
 /* Turn one script reply into a lockdb_reply; false if malformed. */
 static bool
 lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
@@ -240,14 +292,9 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 	switch (op) {
 	case LDB_ACQUIRE:
 		return lockdb_ints(r, 2, v) && lockdb_parse_acquire(v, out);
-	case LDB_HANDOVER:
-		/* {2}: released, but no fence could be made for the next. */
-		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 2))
-			return false;
-		out->status = v[0] >= 1 ? LDB_OK : LDB_NO;
-		out->fence = v[0] == 1 ? (uint64_t)v[1] : 0;
-		return v[0] != 1 || v[1] > 0;
 	case LDB_RELEASE:
+		return lockdb_parse_release(r, out);
+	case LDB_CANCEL:
 	case LDB_EXTEND:
 		if (r->type != REDIS_REPLY_INTEGER)
 			return false;
@@ -349,10 +396,14 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
 {
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
-	char key[8][PROTO_NAME_MAX + 160];
-	const char *argv[20];
-	size_t lens[20], base, slen;
+	char key[12][PROTO_NAME_MAX + 160];
+	const char *argv[23]; /* redisc's most, less the key count */
+	size_t lens[23], base, slen;
 	const char *suffix;
+
+	if (nkeys > 12 || nkeys + nargs > 23)
+		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
+		    nargs);
 
 	/* "<prefix>{<name>}" once (redis.prefix is at most 64 bytes, a
 	 * name 200), then each key is it and a suffix. */
@@ -378,9 +429,11 @@ void
 lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
-	char ttl[24], mark[24], n[16], watch[24], mode[24];
-	const char *args[9] = { a->token, ttl, mark, a->info, mode, n,
-		a->clear_writer ? "1" : "0", ldb.channel, name };
+	char ttl[24], mark[24], n[16], watch[24], mode[24], least[24];
+	char ticket[sizeof ldb.mine];
+	const char *args[12] = { a->token, ttl, mark, a->info, mode, n,
+		a->clear_writer ? "1" : "0", ldb.channel, name, ticket, least,
+		ldb.live };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
 	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
@@ -388,10 +441,15 @@ lockdb_acquire(
 		snprintf(mode, sizeof mode, "%d", a->mode == LDB_FILL);
 		snprintf(watch, sizeof watch, "%" PRIu64, a->watch);
 		args[5] = watch;
+		ticket[0] = '\0';
+		if (a->ticket != 0)
+			snprintf(ticket, sizeof ticket, "%s#%" PRIu64,
+			    ldb.broker, a->ticket);
+		snprintf(least, sizeof least, "%" PRIu64, a->least);
 		/* An exclusive ACQUIRE never reaches :done and :fill. */
 		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire,
-		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 6, name, 9,
-		    args, cb, arg);
+		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 9, name,
+		    12, args, cb, arg);
 		return;
 	}
 	if (a->mode == LDB_SHARED)
@@ -413,30 +471,33 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 {
 	static const char *const marks[] = { "0", "1", "2" };
 	char ms[24], f[24];
-	const char *args[7] = { token, ldb.channel, name, marks[done], ms, f,
-		ldb.broker };
+	const char *args[10] = { token, ldb.channel, name, marks[done], ms, f,
+		ldb.broker, ldb.handoff, ldb.to, ldb.live };
 
 	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,
-	    lockdb_lua_release.nkeys, name, 7, args, cb, arg);
+	    lockdb_lua_release.nkeys, name, 10, args, cb, arg);
+}
+
+static void
+lockdb_cancel_cb(const struct lockdb_reply *r, void *arg)
+{
+	/* Not queued (handed over: that grant is released by whoever hears
+	 * of it), or Redis away: its broker's later tries make it dead. */
 }
 
 void
-lockdb_handover(const char *name, const char *token, uint64_t fence,
-    const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
+lockdb_cancel(const char *name, uint64_t ticket)
 {
-	char ttl[24], f[24];
-	const char *args[9] = { token, next->token, ttl, next->info,
-		next->clear_writer ? "1" : "0", f, ldb.broker, ldb.channel,
-		name };
+	char tk[sizeof ldb.mine];
+	const char *args[1] = { tk };
 
-	snprintf(ttl, sizeof ttl, "%" PRIu64, next->ttl_ms);
-	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_HANDOVER, &lockdb_lua_handover,
-	    lockdb_lua_handover.nkeys, name, 9, args, cb, arg);
+	snprintf(tk, sizeof tk, "%s#%" PRIu64, ldb.broker, ticket);
+	lockdb_send(LDB_CANCEL, &lockdb_lua_cancel, lockdb_lua_cancel.nkeys,
+	    name, 1, args, lockdb_cancel_cb, NULL);
 }
 
 void
@@ -511,15 +572,22 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 }
 
 void
-lockdb_init(const char *prefix, const char *broker)
+lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
+    uint64_t live_ms)
 {
 	ldb.prefix = prefix;
 	ldb.broker = broker;
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);
+	snprintf(ldb.to, sizeof ldb.to, "%sto:", prefix);
+	snprintf(ldb.mine, sizeof ldb.mine, "%s%s", ldb.to, broker);
+	snprintf(ldb.handoff, sizeof ldb.handoff, "%" PRIu64,
+	    handoff_ms > 0 ? handoff_ms : 1);
+	snprintf(
+	    ldb.live, sizeof ldb.live, "%" PRIu64, live_ms > 0 ? live_ms : 1);
 	redisc_script_add(&lockdb_lua_acquire.rs);
 	redisc_script_add(&lockdb_lua_share.rs);
 	redisc_script_add(&lockdb_lua_release.rs);
-	redisc_script_add(&lockdb_lua_handover.rs);
+	redisc_script_add(&lockdb_lua_cancel.rs);
 	if (chaos_fault == CHAOS_BLIND_RELEASE)
 		redisc_script_add(&lockdb_lua_blind_release.rs);
 	redisc_script_add(&lockdb_lua_extend.rs);

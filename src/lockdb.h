@@ -46,6 +46,11 @@ struct lockdb_reply {
 	bool marked;	 /* ACQUIRE refused by shared holders: marked writer */
 	size_t nholders; /* WHO */
 	const struct lockdb_holder *holders;
+	/* RELEASE that handed the name to a ticket: fence is the new grant's;
+	 * for this broker's ticket n, ticket is n and token its token (valid
+	 * during the callback), else both are 0/NULL. */
+	uint64_t ticket;
+	const char *token;
 };
 
 /* An ACQUIRE or FILL as the scripts take it. */
@@ -58,6 +63,8 @@ struct lockdb_ask {
 	uint64_t watch;	   /* LDB_FILL: the leader's fence it waits on, or 0 */
 	bool clear_writer; /* it marked the name as a waiting writer */
 	const char *info;  /* "<mode> <broker> <client> <since_ms>", for WHO */
+	uint64_t ticket;   /* its place in the queue is ticket n; 0: none */
+	uint64_t least;	   /* the least n of this broker's live tickets */
 };
 
 typedef void lockdb_cb(const struct lockdb_reply *, void *arg);
@@ -69,12 +76,16 @@ enum lockdb_news_kind {
 	LDB_NEWS_REVOKED,  /* REVOKE: holders with fence or older are gone */
 	LDB_NEWS_GONE,	   /* another broker released or shortened the grant
 			      with fence: its holds here cannot trust it */
+	LDB_NEWS_HANDED,   /* another broker's release handed name to our
+			      ticket n: granted with fence, to be confirmed */
 };
 
 struct lockdb_news {
 	enum lockdb_news_kind kind;
 	const char *name; /* not for LDB_NEWS_MISSED */
 	uint64_t fence;
+	uint64_t ticket;   /* LDB_NEWS_HANDED */
+	const char *token; /* LDB_NEWS_HANDED */
 };
 
 typedef void lockdb_news_fn(const struct lockdb_news *);
@@ -86,9 +97,13 @@ void lockdb_on_connect(void (*fn)(void *), void *arg);
 /* Whether the command connection is up. */
 bool lockdb_up(void);
 
-/* broker ("<host>:<pid>") names this broker in WHO entries, and in the
- * messages that tell other brokers of a grant it released or shortened. */
-void lockdb_init(const char *prefix, const char *broker);
+/* broker ("<host>:<pid>:<random>") names this broker in WHO entries, in
+ * its tickets, and in the messages that tell other brokers of a grant it
+ * released or shortened; a release hands a grant to another broker's
+ * ticket for handoff_ms until that broker confirms it; this broker's
+ * tickets live live_ms past its last try with one. */
+void lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
+    uint64_t live_ms);
 
 /* Grant if the mode allows (or if the token holds it already: same fence
  * back). A FILL whose watched leader finished is DONE instead. */
@@ -101,17 +116,16 @@ enum lockdb_done {
 	LDB_DONE_ALWAYS,    /* a FILL leader's RELEASE */
 };
 
-/* Compare-and-delete, announcing the release if the name is waited for
- * (or, as "<name> released <fence> <broker>", if another broker stored
- * the grant); done marks the work done for done_ms. fence != 0: only the
+/* Compare-and-delete, then hand the name to the first live ticket (the
+ * reply says which, if it is ours; another broker hears of it on its
+ * channel), or announce the release if the name is waited for (or, as
+ * "<name> released <fence> <broker>", if another broker stored the
+ * grant); done marks the work done for done_ms. fence != 0: only the
  * grant with that fence. */
 void lockdb_release(const char *name, const char *token, uint64_t fence,
     enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg);
-/* Compare (an exclusive holder: token and fence), then hand the lock to
- * next (an exclusive ACQUIRE) with its own fence; never free in between.
- * OK with fence 0: released, but no fence could be made for next. */
-void lockdb_handover(const char *name, const char *token, uint64_t fence,
-    const struct lockdb_ask *next, lockdb_cb *cb, void *arg);
+/* Ticket n of this broker leaves name's queue (its waiter left). */
+void lockdb_cancel(const char *name, uint64_t ticket);
 /* Compare-and-PEXPIRE, in any mode; fence != 0: only that grant. A lease
  * shortened in another broker's grant is announced. */
 void lockdb_extend(const char *name, const char *token, uint64_t fence,

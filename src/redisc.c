@@ -65,7 +65,7 @@ static struct {
 	char master_host[256];	 /* from Sentinel; "" until known */
 	int master_port;
 	bool stopping;
-	char channel[256];
+	char channel[2][256]; /* subscribed; the second may be "" */
 	redisc_msg_cb *msg_cb;
 	void *msg_arg;
 	void (*up_cb)(void *);
@@ -437,19 +437,27 @@ redisc_message_cb(redisAsyncContext *ac, void *r, void *privdata)
 	el = reply->element;
 	if (el[0]->type != REDIS_REPLY_STRING || el[2]->type == REDIS_REPLY_NIL)
 		return;
-	if (strcmp(el[0]->str, "subscribe") == 0)
-		rc.msg_cb(NULL, 0, rc.msg_arg);
+	/* Subscribed to all of them (the count says so): missed meanwhile. */
+	if (strcmp(el[0]->str, "subscribe") == 0 &&
+	    el[2]->type == REDIS_REPLY_INTEGER &&
+	    el[2]->integer == (rc.channel[1][0] != '\0' ? 2 : 1))
+		rc.msg_cb(NULL, NULL, 0, rc.msg_arg);
 	else if (strcmp(el[0]->str, "message") == 0 &&
+	    el[1]->type == REDIS_REPLY_STRING &&
 	    el[2]->type == REDIS_REPLY_STRING)
-		rc.msg_cb(el[2]->str, el[2]->len, rc.msg_arg);
+		rc.msg_cb(el[1]->str, el[2]->str, el[2]->len, rc.msg_arg);
 }
 
 static void
 redisc_sub_setup(redisAsyncContext *ac)
 {
 	redisc_queue_auth(ac);
-	redisAsyncCommand(
-	    ac, redisc_message_cb, NULL, "SUBSCRIBE %s", rc.channel);
+	if (rc.channel[1][0] != '\0')
+		redisAsyncCommand(ac, redisc_message_cb, NULL,
+		    "SUBSCRIBE %s %s", rc.channel[0], rc.channel[1]);
+	else
+		redisAsyncCommand(
+		    ac, redisc_message_cb, NULL, "SUBSCRIBE %s", rc.channel[0]);
 }
 
 static int
@@ -646,9 +654,12 @@ redisc_on_connect(void (*fn)(void *), void *arg)
 }
 
 void
-redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg)
+redisc_subscribe(
+    const char *channel, const char *channel2, redisc_msg_cb *cb, void *arg)
 {
-	snprintf(rc.channel, sizeof rc.channel, "%s", channel);
+	snprintf(rc.channel[0], sizeof rc.channel[0], "%s", channel);
+	snprintf(rc.channel[1], sizeof rc.channel[1], "%s",
+	    channel2 != NULL ? channel2 : "");
 	rc.msg_cb = cb;
 	rc.msg_arg = arg;
 }

@@ -29,16 +29,19 @@ struct redisc_script {
 };
 
 /*
- * Called for each message on the subscribed channel. msg NULL means the
+ * Called for each message on a subscribed channel. msg NULL means the
  * subscription was (re)made: messages sent meanwhile were missed.
  */
-typedef void redisc_msg_cb(const char *msg, size_t len, void *arg);
+typedef void redisc_msg_cb(
+    const char *channel, const char *msg, size_t len, void *arg);
 
 void redisc_init(struct event_base *base, const struct config_redis *cf);
 /* Called each time the command connection is (re)established. */
 void redisc_on_connect(void (*fn)(void *), void *arg);
-/* One channel on a second connection; set before redisc_connect. */
-void redisc_subscribe(const char *channel, redisc_msg_cb *cb, void *arg);
+/* One or two channels (channel2 may be NULL) on a second connection; set
+ * before redisc_connect. */
+void redisc_subscribe(
+    const char *channel, const char *channel2, redisc_msg_cb *cb, void *arg);
 /* Register a script; it is loaded at every (re)connect. */
 void redisc_script_add(struct redisc_script *script);
 void redisc_connect(void);

@@ -26,6 +26,12 @@
 	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")           \
 	X(locks_held, GAUGE, "locks held by this broker's clients")            \
 	X(waiters, GAUGE, "ACQUIREs waiting in this broker")                   \
+	X(tickets_total, COUNTER,                                              \
+	    "waiters given a place in their name's queue across brokers")      \
+	X(handovers_total, COUNTER,                                            \
+	    "releases here that handed the name to a queued waiter")           \
+	X(handovers_in_total, COUNTER,                                         \
+	    "hand-overs to a waiter here (from any broker)")                   \
 	X(renewals_total, COUNTER, "session leases renewed")                   \
 	X(renewal_failures_total, COUNTER, "renewals Redis did not answer")    \
 	X(lost_expired_total, COUNTER, "EVENT LOST expired")                   \

@@ -6,82 +6,111 @@
 -- exists. A counter that is not an integer fails the INCR: the SET is
 -- undone, so no grant is left that nobody was told of. The key's value is
 -- the token and the holder's WHO entry (info); shared holders keep the key
--- at "=shared", so the SET NX of a free name is all an uncontended grant
--- costs. The same token asking again gets its own fence back (a retried
--- request grants once), its lease set to the new ttl and its entry
--- renewed; asked through another broker than the one that stored it, the
--- entry's broker becomes "*" (releases and shortenings of the grant are
--- announced from then on) and a shorter lease is announced now
--- ("<name> shortened <fence> <broker>"). A writer shared holders keep out
--- marks itself (writer: no new reader comes in meanwhile, and the reply's
--- fourth element says so), and marks it again while an exclusive holder
--- keeps it out after that; its grant clears the mark (clear). A token that
--- is one of the shared holders is in the other family. A refused waiter
--- marks the name as waited for (for mark ms), so that its release is
--- announced; a FILL waiter also asks for its end to be marked done, and a
--- FILL whose watched leader is done (done >= watch) is DONE.
+-- at "=shared", so while nobody queues (no queue key) the SET NX of a free
+-- name is all an uncontended grant costs.
 --
--- KEYS: lock fence waiters holders who writer done fill
---   (an exclusive ACQUIRE passes the first six: it never reaches done, fill)
+-- Waiting is one queue for every broker (lib/tickets.lua): a waiter's
+-- try carries its ticket, which takes its place at its first refusal; a
+-- free name goes only to the first live ticket (or, with none, to anyone),
+-- so a try without a ticket (WAIT 0, FILL) never jumps the queue. A grant
+-- takes its ticket out of the queue.
+--
+-- The same token asking again gets its own fence back (a retried request
+-- grants once), its lease set to the new ttl and its entry renewed; asked
+-- through another broker than the one that stored it, the entry's broker
+-- becomes "*" (releases and shortenings of the grant are announced from
+-- then on) and a shorter lease is announced now ("<name> shortened <fence>
+-- <broker>"). A writer shared holders keep out marks itself (writer: no
+-- new reader comes in meanwhile, and the reply's fourth element says so),
+-- and marks it again while an exclusive holder keeps it out after that;
+-- its grant clears the mark (clear). A token that is one of the shared
+-- holders is in the other family. A refused waiter without a ticket marks
+-- the name as waited for (for mark ms), so that its release is announced; a FILL
+-- waiter also asks for its end to be marked done, and a FILL whose watched
+-- leader is done (done >= watch) is DONE.
+--
+-- KEYS: lock fence queue tickets brokers waiters holders who writer done fill
+--   (an exclusive ACQUIRE passes the first nine: it never reaches done, fill)
 -- ARGV: token, ttl (ms), mark (ms; 0: a try-once), info ("<mode> <broker>
 --   <client> <since_ms>"), fill (0/1), watch (a leader's fence, or 0),
---   clear (0/1), channel, name
--- Returns {1, fence}; {0, ms to look again, holder's fence, marked};
---   {2, done}; {3, n} when the token is a shared holder (n as share.lua's);
---   or the INCR's error.
+--   clear (0/1), channel, name, ticket ("<broker>#<n>", or "" for none),
+--   least (the least n of its broker's live tickets on the name), live
+--   (ms: the longest a broker with waiters goes without asking)
+-- Returns {1, fence}; {0, ms to look again (-1: none known), holder's
+--   fence, marked}; {2, done}; {3, n} when the token is a shared holder (n
+--   as share.lua's); or the INCR's error.
 
 if ARGV[6] ~= '0' then
-  local d = tonumber(redis.call('GET', KEYS[7]) or '0')
+  local d = tonumber(redis.call('GET', KEYS[10]) or '0')
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
-if redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
+if redis.call('EXISTS', KEYS[3]) == 0 and
+    redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
   local f = redis.pcall('INCR', KEYS[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
   end
-  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end
+  if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
   return {1, f}
 end
 -- include now.lua
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
-local function refuse(t, f, w)
+-- include tickets.lua
+local now = now_ms()
+local tk = ARGV[10]
+local first = qhead(KEYS[3], KEYS[4], KEYS[5], now, ARGV[12])
+local function refuse(pt, f, w)
   if ARGV[3] ~= '0' then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+    -- A ticket needs no announcement: a release hands the name to it.
+    if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
     if ARGV[5] == '1' then
-      redis.call('SET', KEYS[8], '1', 'PX', ARGV[3])
+      redis.call('SET', KEYS[11], '1', 'PX', ARGV[3])
     end
     if w == 1 then
-      redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
+      redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
     end
   end
-  return {0, t, f, ARGV[3] ~= '0' and w or 0}
+  if tk ~= '' and ARGV[3] ~= '0' then
+    qtake(KEYS[3], KEYS[4], KEYS[5], tk,
+      ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[11], ARGV[12], now)
+  end
+  return {0, pt, f, ARGV[3] ~= '0' and w or 0}
 end
-if v == '=shared' then
-  local now = now_ms()
-  if prune(KEYS[1], KEYS[4], KEYS[5], now) > 0 then
-    if redis.call('ZSCORE', KEYS[4], ARGV[1]) then
-      local m = redis.call('HGET', KEYS[5], '=mode') or ''
-      return {3, tonumber(string.match(m, '^LIMIT=(%d+)$') or '0')}
-    end
-    local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-    return refuse(tonumber(top[2]) - now, 0, 1)
-  end
-  -- Granted as a free name is at the top (inline there: the hot path
-  -- defines no function).
+local function grant()
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   local f = redis.pcall('INCR', KEYS[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
   end
-  if ARGV[7] == '1' then redis.call('DEL', KEYS[6]) end
+  if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
+  if tk ~= '' then
+    redis.call('ZREM', KEYS[3], tk)
+    redis.call('HDEL', KEYS[4], tk)
+  end
   return {1, f}
 end
+if v == '=shared' then
+  if prune(KEYS[1], KEYS[7], KEYS[8], now) > 0 then
+    if redis.call('ZSCORE', KEYS[7], ARGV[1]) then
+      local m = redis.call('HGET', KEYS[8], '=mode') or ''
+      return {3, tonumber(string.match(m, '^LIMIT=(%d+)$') or '0')}
+    end
+    local top = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
+    return refuse(tonumber(top[2]) - now, 0, 1)
+  end
+  v = false
+end
 local fs = redis.call('GET', KEYS[2]) or '0'
+if not v then
+  if first == nil or first == tk then return grant() end
+  -- Free, but the first ticket's: no holder to watch or wait for.
+  return refuse(-1, 0, ARGV[7] == '1' and 1 or 0)
+end
 if holds then
   local b = string.match(ARGV[4], '^%S+ (%S+)')
   if foreign(v, b) then
@@ -93,6 +122,10 @@ if holds then
       string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
+  if tk ~= '' then
+    redis.call('ZREM', KEYS[3], tk)
+    redis.call('HDEL', KEYS[4], tk)
+  end
   return {1, tonumber(fs)}
 end
 return refuse(redis.call('PTTL', KEYS[1]), tonumber(fs),

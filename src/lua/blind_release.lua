@@ -1,10 +1,10 @@
 -- blind_release: CHAOS_BLIND_RELEASE (test builds only): delete without
 -- comparing, for the chaos suite's self-test.
 --
--- KEYS: lock waiters holders who fence fill done
+-- KEYS: lock waiters holders who fence fill done queue tickets brokers writer
 -- ARGV: as release.lua's
--- Returns 1.
+-- Returns {1}.
 
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1
+return {1}

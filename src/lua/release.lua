@@ -1,4 +1,5 @@
--- release: compare-and-delete, in either place a token can hold.
+-- release: compare-and-delete, in either place a token can hold, and hand
+-- the name to the first live ticket if any waits (lib/tickets.lua).
 --
 -- With a fence (not 0) only the grant with that fence is released (a
 -- counter that is not an integer proves nothing: the token decides), so a
@@ -6,24 +7,36 @@
 -- A release the broker makes by itself (done 0: a disconnect, a lost hold)
 -- leaves a grant brokers share ("*") to its lease: a connection of another
 -- broker holds it too. A grant whose entry another broker stored (or
--- several share) is announced as "<name> released <fence> <broker>", which
--- also wakes waiters: holds of it elsewhere are lost; else the name is
--- published if anyone waits (:waiters). A FILL leader's RELEASE (done 2),
--- or a client's RELEASE of a lock FILL waiters wait on (done 1, :fill set;
--- it is set only with :waiters), marks the work done with its fence.
+-- several share) is announced as "<name> released <fence> <broker>":
+-- holds of it elsewhere are lost. A FILL leader's RELEASE (done 2), or a
+-- client's RELEASE of a lock FILL waiters wait on (done 1, :fill set; it
+-- is set only with :waiters), marks the work done with its fence.
 --
--- KEYS: lock waiters holders who fence fill done
+-- Once the name is free, the first live ticket gets it in the same script
+-- (its fence made here, so the name is never free in between; the writer
+-- mark goes, the new holder being a writer). A ticket of this broker gets
+-- its own ttl, counted by the broker from before this release was sent;
+-- another broker's gets at most handoff ms, and a message on that
+-- broker's channel ("<name> <n> <fence> <token>"): that broker confirms
+-- the grant (EXTEND with the fence) before it answers its client, so a
+-- grant to a broker that died is free again after handoff ms. With no
+-- ticket, the name is published if anyone waits (:waiters).
+--
+-- KEYS: lock waiters holders who fence fill done queue tickets brokers writer
 -- ARGV: token, channel, name, done (0/1/2), how long done is kept (ms),
---   fence (0: any), broker
--- Returns 1 if released, 0 if not ours.
+--   fence (0: any), broker, handoff (ms), the brokers' channel prefix,
+--   live (ms, as acquire.lua's)
+-- Returns {1} if released, {0} if not ours; handed to a ticket: {1, fence,
+--   n, token} for this broker's ticket "<broker>#<n>", {1, fence, 0} for
+--   another broker's.
 
 -- include holds.lua
 local fs, by -- the grant's fence, and the broker its entry names
 if holds then
   fs = redis.call('GET', KEYS[5]) or '0'
-  if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return 0 end
+  if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
   by = string.match(v, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and by == '*' then return 0 end
+  if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('DEL', KEYS[1])
   if ARGV[4] == '2' or (ARGV[4] == '1' and
       redis.call('EXISTS', KEYS[6]) == 1) then
@@ -33,26 +46,53 @@ else
 -- include now.lua
 -- include holders.lua
   local s = redis.call('ZSCORE', KEYS[3], ARGV[1])
-  if not s then return 0 end
+  if not s then return {0} end
   local info = redis.call('HGET', KEYS[4], ARGV[1]) or ''
   fs = string.match(info, '^%d+') or '0'
-  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return 0 end
+  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return {0} end
   by = string.match(info, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and by == '*' then return 0 end
+  if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
   local now = now_ms()
   if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then
     redis.call('DEL', KEYS[4])
   end
-  if tonumber(s) <= now then return 0 end
+  if tonumber(s) <= now then return {0} end
 end
 -- Another broker's entry (as lib/foreign.lua, kept inline: a release
--- defines no function): its holds there hear of it, waiters here too.
+-- defines no function): its holds there hear of it.
 if by ~= ARGV[7] then
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs .. ' ' ..
     ARGV[7])
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
+end
+if redis.call('EXISTS', KEYS[8]) == 1 and
+    redis.call('EXISTS', KEYS[1]) == 0 then
+-- include now.lua
+-- include tickets.lua
+  local tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now_ms(), ARGV[10])
+  local d = tk and redis.call('HGET', KEYS[9], tk)
+  local tok, ttl, info = string.match(d or '', '^(%S+) (%d+) (.*)$')
+  if tk and not tok then -- no data for it: it cannot be granted
+    redis.call('ZREM', KEYS[8], tk)
+  end
+  local f = tok and redis.pcall('INCR', KEYS[5])
+  if type(f) == 'number' then
+    redis.call('ZREM', KEYS[8], tk)
+    redis.call('HDEL', KEYS[9], tk)
+    local n = tonumber(string.match(tk, '#(%d+)$'))
+    if b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
+      ttl = ARGV[8]
+    end
+    redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
+    redis.call('DEL', KEYS[11])
+    if b == ARGV[7] then return {1, f, n, tok} end
+    redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' .. f ..
+      ' ' .. tok)
+    return {1, f, 0}
+  end
+end
+if by == ARGV[7] and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return 1
+return {1}

@@ -138,9 +138,14 @@ class Context:
 
     def foreign(self, g, a, b):
         """The operations on g's token through the other broker than g's,
-        sent after g was granted and before b: their news reaches g's
-        broker over its subscriber connection."""
-        return [o for o in self.ops.get(g["token"], ())
+        sent after g was granted and before b, and the RELEASEs of its
+        token's other holds there: their news reaches g's broker over its
+        subscriber connection."""
+        rels = [{"op": "release", "broker": h["broker"],
+                 "t_sent": h["t_release_sent"]}
+                for h in self.holds.get(g["token"], ())
+                if h is not g and h.get("t_release_sent") is not None]
+        return [o for o in list(self.ops.get(g["token"], ())) + rels
                 if o.get("broker") is not None and o["broker"] != g["broker"]
                 and g["t_sent"] <= o["t_sent"] <= b]
 

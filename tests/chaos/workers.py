@@ -298,23 +298,31 @@ class Session:
             raise AuxBroken("send failed") from e
         deadline = time.monotonic() + SOCK_TIMEOUT
         out = []
-        while True:
-            while conn.lines:
-                l = conn.lines.pop(0)
-                if not multi:
-                    return l
-                if l == "END":
-                    return out
-                out.append(l)
-            if conn not in self._conns():
-                raise AuxBroken("connection lost")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if conn is self.conn:
-                    raise MainBroken("no reply to %r" % line)
-                self._aux_broken(conn, "no reply to %r" % line)
-                raise AuxBroken("no reply")
-            self.pump(min(left, 0.5), main=main or conn is self.conn)
+        try:
+            while True:
+                while conn.lines:
+                    l = conn.lines.pop(0)
+                    if not multi:
+                        return l
+                    if l == "END":
+                        return out
+                    out.append(l)
+                if conn not in self._conns():
+                    raise AuxBroken("connection lost")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if conn is self.conn:
+                        raise MainBroken("no reply to %r" % line)
+                    self._aux_broken(conn, "no reply to %r" % line)
+                    raise AuxBroken("no reply")
+                self.pump(min(left, 0.5), main=main or conn is self.conn)
+        except MainBroken:
+            # The holding connection broke while an extra one waited for
+            # its reply: that reply would be read as the answer to the
+            # extra connection's next request, so it goes too.
+            if conn is not self.conn and conn in self._conns():
+                self._aux_broken(conn, "reply unread: %r" % line)
+            raise
 
     # The hold.
 

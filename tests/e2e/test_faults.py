@@ -12,14 +12,16 @@ AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
 
 
-# The commands docs/sidecar.md lets the broker's Redis user run, read from
-# the doc itself so that the two cannot drift apart.
+# The channels and commands docs/sidecar.md lets the broker's Redis user
+# use, read from the doc itself so that the two cannot drift apart.
 def sidecar_acl():
     doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                        "docs", "sidecar.md")
     with open(doc) as f:
         line = next(l for l in f if "ACL SETUSER lockbroker" in l)
-    return line.split("-@all", 1)[1].split()
+    channels = [w for w in line.split("-@all", 1)[0].split()
+                if w.startswith("&")]
+    return channels + ["-@all"] + line.split("-@all", 1)[1].split()
 
 
 class Faults(BrokerTest):
@@ -176,8 +178,8 @@ class Auth(BrokerTest):
                            password="r3dis-pw")
         self.addCleanup(self.redis.kill)
         # The ACL docs/sidecar.md gives (Redis checks what scripts call).
-        self.redis("ACL", "SETUSER", "broker", "on", ">broker-pw", "~lockbroker:*",
-                   "&lockbroker:released", "-@all", *sidecar_acl())
+        self.redis("ACL", "SETUSER", "broker", "on", ">broker-pw",
+                   "~lockbroker:*", *sidecar_acl())
         self.clients, self.brokers = [], []
 
     def test_requirepass(self):

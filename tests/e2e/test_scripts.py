@@ -38,14 +38,16 @@ class Scripts(BrokerTest):
         return self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
 
     def acquire(self, name, token, ttl=10000, mark=0, inf=None, fill=0,
-                watch=0, clear=0):
+                watch=0, clear=0, ticket="", least=0, live=700):
         return self.run_script(
             "acquire", name, token, ttl, mark, inf or info(), fill, watch,
-            clear, CH, name, nkeys=None if fill else 6)
+            clear, CH, name, ticket, least, live, nkeys=None if fill else 9)
 
     def release(self, name, token, fence=0, done=1, broker=ME):
-        return self.run_script("release", name, token, CH, name, done, 1000,
-                               fence, broker)
+        """1 released, 0 not ours; a hand-over's list as it is."""
+        r = self.run_script("release", name, token, CH, name, done, 1000,
+                            fence, broker, 300, "lockbroker:to:", 700)
+        return r[0] if len(r) == 1 else r
 
     def subscribe(self):
         sub = Resp(self.redis.port)
@@ -132,16 +134,62 @@ class Scripts(BrokerTest):
         self.assertEqual(self.release("m", "a", fence=2), 0)
         self.assertEqual(self.release("m", "a", fence=1), 1)
 
-    def test_handover(self):
-        self.acquire("h", "t")
-        args = ("next", 5000, info(), 0, 1, ME, CH, "h")
-        self.assertEqual(self.run_script("handover", "h", "t", *args), [1, 2])
-        self.assertTrue(self.r("GET", "lockbroker:{h}").startswith("next "))
-        self.assertEqual(self.run_script("handover", "h", "t", *args), [0])
-        self.r("SET", "lockbroker:{h}:fence", "abc")
-        args = ("n2", 5000, info(), 0, 2, ME, CH, "h")
-        self.assertEqual(self.run_script("handover", "h", "next", *args), [2])
-        self.assertEqual(self.r("EXISTS", "lockbroker:{h}"), 0)
+    def test_tickets_queue_and_hand_over(self):
+        """A refused try with a ticket takes its place; a free name goes to
+        the first live ticket only; a release hands the name to it: this
+        broker's ticket with its own ttl (the reply says which), another's
+        with at most the handoff and a message on its channel."""
+        q = "lockbroker:{q}:queue"
+        self.assertEqual(self.acquire("q", "h"), [1, 1])
+        r = self.acquire("q", "a", mark=700, ticket=ME + "#5", least=5)
+        self.assertEqual(r[0], 0)
+        r = self.acquire("q", "b", ttl=60000, mark=700,
+                         ticket=OTHER + "#1", least=1)
+        self.assertEqual(r[0], 0)
+        self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#5", OTHER + "#1"])
+        # A ticket needs no announcement: no :waiters mark.
+        self.assertEqual(self.r("EXISTS", "lockbroker:{q}:waiters"), 0)
+        self.assertEqual(self.release("q", "h", 1), [1, 2, 5, "a"])
+        self.assertTrue(self.r("GET", "lockbroker:{q}").startswith("a "))
+        self.assertGreater(self.r("PTTL", "lockbroker:{q}"), 9000)
+        sub = Resp(self.redis.port)
+        self.addCleanup(sub.close)
+        sub("SUBSCRIBE", "lockbroker:to:" + OTHER)
+        self.assertEqual(self.release("q", "a", 2), [1, 3, 0])
+        self.assertEqual(sub._read(), ["message", "lockbroker:to:" + OTHER,
+                                       "q 1 3 b"])
+        self.assertLessEqual(self.r("PTTL", "lockbroker:{q}"), 300)
+        self.assertEqual(self.r("ZCARD", q), 0)
+        # The hand-over's lease ran out unconfirmed: the name is free, and
+        # a ticket first in the queue keeps it from anyone else.
+        self.r("DEL", "lockbroker:{q}")
+        self.acquire("q", "c", mark=700, ticket=OTHER + "#2", least=1)
+        self.assertEqual(self.acquire("q", "d")[0], 0)  # WAIT 0
+        self.assertEqual(self.acquire("q", "e", mark=700, ticket=ME + "#6",
+                                      least=6)[0], 0)
+        self.assertEqual(self.acquire("q", "c", ticket=OTHER + "#2",
+                                      least=2), [1, 4])
+        self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#6"])
+        # A ticket below its broker's least is dead: pruned, not handed.
+        self.acquire("q", "f", mark=700, ticket=OTHER + "#3", least=3)
+        self.acquire("q", "g", mark=700, ticket=OTHER + "#4", least=4)
+        self.assertEqual(self.release("q", "c", 4), [1, 5, 6, "e"])
+        self.assertEqual(self.release("q", "e", 5), [1, 6, 0])
+        self.assertTrue(self.r("GET", "lockbroker:{q}").startswith("g "))
+        # Nobody asked for longer than a live broker waits (Redis stood
+        # still): every broker's time starts again, nobody is dropped.
+        qb = "lockbroker:{q}:brokers"
+        self.acquire("q", "p1", mark=700, ticket=OTHER + "#9", least=9)
+        self.r("HSET", qb, OTHER, "1000 9", "=last", "500")
+        self.assertEqual(self.acquire("q", "p2")[0], 0)  # still first
+        self.assertEqual(self.r("ZRANGE", q, 0, -1), [OTHER + "#9"])
+        self.assertGreater(int(self.r("HGET", qb, OTHER).split()[0]), 10**12)
+        self.r("ZREM", q, OTHER + "#9")
+        # cancel takes a ticket out.
+        self.acquire("q", "h2", mark=700, ticket=ME + "#7", least=7)
+        self.assertEqual(self.run_script("cancel", "q", ME + "#7"), 1)
+        self.assertEqual(self.run_script("cancel", "q", ME + "#7"), 0)
+        self.assertEqual(self.r("ZCARD", q), 0)
 
     def test_extend_status_who_check_revoke(self):
         self.acquire("e", "t", ttl=60000)

@@ -122,29 +122,38 @@ class Waiting(BrokerTest):
         b.send("ACQUIRE ho")
         wait_for(lambda: waiters(self.broker) == 1)
         time.sleep(0.1)
-        # Held here: the waiter leaves Redis alone until the release.
-        self.assertEqual(self.evalsha_calls(), calls)
+        # Held here: the waiter took its place in the queue every broker
+        # shares (one script), then leaves Redis alone until the release.
+        self.assertEqual(self.evalsha_calls(), calls + 1)
+        self.assertEqual(self.redis("ZCARD", "lockbroker:{ho}:queue"), 1)
         self.assertEqual(a.cmd("RELEASE ho"), "OK")
         self.assertEqual(int(b.line().split()[1]), fence + 1)
         # One script did it (release and grant): never free, nothing said.
-        self.assertEqual(self.evalsha_calls(), calls + 1)
+        self.assertEqual(self.evalsha_calls(), calls + 2)
+        self.assertEqual(self.redis("ZCARD", "lockbroker:{ho}:queue"), 0)
         self.assertEqual(select.select([sub.sock], [], [], 0.2)[0], [])
         # Nobody else waits: a release says nothing either.
         self.assertEqual(b.cmd("RELEASE ho"), "OK")
         self.assertEqual(select.select([sub.sock], [], [], 0.2)[0], [])
-        # A waiter on another broker marks the name: now it is announced.
+        # A waiter on another broker: the release hands it the name with
+        # one message on that broker's own channel; nothing is broadcast.
+        psub = self.redis.connect()
+        self.addCleanup(psub.close)
+        self.assertEqual(psub("PSUBSCRIBE", "lockbroker:to:*")[0],
+                         "psubscribe")
         self.assertRegex(a.cmd("ACQUIRE ho"), r"^OK ")
-        self.assertEqual(self.redis("EXISTS", "lockbroker:{ho}:waiters"), 0)
         other = self.start_broker(self.conf, name="other")
         c = self.client(other)
         c.send("ACQUIRE ho")
-        wait_for(lambda: self.redis("EXISTS", "lockbroker:{ho}:waiters"))
-        pttl = self.redis("PTTL", "lockbroker:{ho}:waiters")
-        self.assertGreater(pttl, 1000)
-        self.assertLessEqual(pttl, 2 * 1000 + 1000)  # 2 retry_max + timeout
+        wait_for(lambda: self.redis("ZCARD", "lockbroker:{ho}:queue") == 1)
         self.assertEqual(a.cmd("RELEASE ho"), "OK")
-        self.assertEqual(sub._read(), ["message", "lockbroker:released", "ho"])
-        self.assertRegex(c.line(), r"^OK ")
+        m = psub._read()
+        self.assertEqual(m[:2], ["pmessage", "lockbroker:to:*"])
+        w = m[3].split()
+        self.assertEqual(w[0], "ho")
+        self.assertRegex(c.line(), r"^OK %s " % w[2])
+        if select.select([sub.sock], [], [], 0.2)[0]:
+            self.fail("published: %r" % (sub._read(),))
 
     def test_wrong_token_release_does_not_end_a_wait(self):
         a, b, c = self.client(), self.client(), self.client()

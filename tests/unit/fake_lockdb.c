@@ -19,6 +19,7 @@ static struct {
 	void *connect_arg;
 	bool up;
 	char broker[128];
+	uint64_t handoff_ms;
 } fake = { .up = true };
 
 static void
@@ -86,10 +87,12 @@ lockdb_up(void)
 }
 
 void
-lockdb_init(const char *prefix, const char *broker)
+lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
+    uint64_t live_ms)
 {
 	fake_init_once();
 	snprintf(fake.broker, sizeof fake.broker, "%s", broker);
+	fake.handoff_ms = handoff_ms;
 }
 
 void
@@ -112,14 +115,9 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 }
 
 void
-lockdb_handover(const char *name, const char *token, uint64_t fence,
-    const struct lockdb_ask *next, lockdb_cb *cb, void *arg)
+lockdb_cancel(const char *name, uint64_t ticket)
 {
-	struct fake_call *c = fake_call_new(FAKE_HANDOVER, name, cb, arg);
-
-	fake_set_token(c, token);
-	c->fence = fence;
-	fake_keep_ask(c, next);
+	fake_call_new(FAKE_CANCEL, name, NULL, NULL)->ticket = ticket;
 }
 
 void
@@ -254,7 +252,8 @@ fake_answer(struct fake_call *c, const struct lockdb_reply *r)
 
 	TAILQ_REMOVE(&fake.calls, c, entry);
 	free(c);
-	cb(r, arg);
+	if (cb != NULL)
+		cb(r, arg);
 }
 
 void
@@ -301,7 +300,21 @@ fake_drain(enum lockdb_status status)
 void
 fake_news(enum lockdb_news_kind kind, const char *name, uint64_t fence)
 {
-	struct lockdb_news n = { kind, name, fence };
+	struct lockdb_news n = { .kind = kind, .name = name, .fence = fence };
+
+	if (fake.news != NULL)
+		fake.news(&n);
+}
+
+void
+fake_handed(
+    const char *name, uint64_t ticket, uint64_t fence, const char *token)
+{
+	struct lockdb_news n = { .kind = LDB_NEWS_HANDED,
+		.name = name,
+		.fence = fence,
+		.ticket = ticket,
+		.token = token };
 
 	if (fake.news != NULL)
 		fake.news(&n);
@@ -323,8 +336,8 @@ fake_set_up(bool up)
 const char *
 fake_op_name(enum fake_op op)
 {
-	static const char *const names[] = { "ACQUIRE", "RELEASE", "HANDOVER",
-		"EXTEND", "STATUS", "WHO", "REVOKE", "CHECK", "WAIT" };
+	static const char *const names[] = { "ACQUIRE", "RELEASE", "EXTEND",
+		"STATUS", "WHO", "REVOKE", "CHECK", "WAIT", "CANCEL" };
 
 	return names[op];
 }
@@ -333,4 +346,10 @@ const char *
 fake_broker(void)
 {
 	return fake.broker;
+}
+
+uint64_t
+fake_handoff_ms(void)
+{
+	return fake.handoff_ms;
 }

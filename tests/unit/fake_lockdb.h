@@ -5,6 +5,11 @@
  * order, late, or never. The test also plays the release channel
  * (fake_news), the command connection coming back (fake_connect) and
  * whether it is up (fake_set_up). It decides nothing: it is not a Redis.
+ *
+ * The real lockdb sends every call on one connection, and Redis answers
+ * them in the order sent; only news (the subscriber, another connection)
+ * may overtake an answer. A test that answers out of order plays a
+ * request that timed out (UNAVAILABLE) or a reply that cannot come.
  */
 #ifndef LB_FAKE_LOCKDB_H
 #define LB_FAKE_LOCKDB_H
@@ -20,13 +25,13 @@
 enum fake_op {
 	FAKE_ACQUIRE,
 	FAKE_RELEASE,
-	FAKE_HANDOVER,
 	FAKE_EXTEND,
 	FAKE_STATUS,
 	FAKE_WHO,
 	FAKE_REVOKE,
 	FAKE_CHECK,
 	FAKE_WAIT,
+	FAKE_CANCEL, /* fire and forget: answering it calls nothing */
 };
 
 #define FAKE_INFO_MAX 256
@@ -36,7 +41,7 @@ struct fake_call {
 	TAILQ_ENTRY(fake_call) entry;
 	enum fake_op op;
 	char name[PROTO_NAME_MAX + 1];
-	/* RELEASE, HANDOVER, EXTEND, CHECK: the grant acted on; STATUS: the
+	/* RELEASE, EXTEND, CHECK: the grant acted on; STATUS: the
 	 * VALIDATE's TOKEN ("" and has_token false without one). */
 	char token[PROTO_TOKEN_MAX + 1];
 	bool has_token;
@@ -47,7 +52,8 @@ struct fake_call {
 	uint64_t keep_ms;      /* REVOKE */
 	int replicas;	       /* WAIT */
 	uint64_t timeout_ms;   /* WAIT */
-	/* ACQUIRE, and HANDOVER's next; its token and info point below. */
+	uint64_t ticket;       /* CANCEL */
+	/* ACQUIRE; its token and info point below. */
 	struct lockdb_ask ask;
 	char ask_token[PROTO_TOKEN_MAX + 1];
 	char ask_info[FAKE_INFO_MAX];
@@ -78,6 +84,9 @@ unsigned fake_drop(void);
 
 /* The release channel says kind about name (NULL for MISSED). */
 void fake_news(enum lockdb_news_kind kind, const char *name, uint64_t fence);
+/* Another broker's release handed name to our ticket, as fence. */
+void fake_handed(
+    const char *name, uint64_t ticket, uint64_t fence, const char *token);
 /* The command connection was (re)made. */
 void fake_connect(void);
 /* What lockdb_up() answers (true after fake_reset). */
@@ -87,5 +96,6 @@ void fake_set_up(bool up);
 const char *fake_op_name(enum fake_op op);
 /* lockdb_init's arguments, as last given. */
 const char *fake_broker(void);
+uint64_t fake_handoff_ms(void);
 
 #endif

@@ -1,0 +1,200 @@
+"""Fair across brokers (docs/protocol.md §3 Waiting): one first-come-first-
+served queue per name for every broker sharing the Redis. A waiter takes
+its place (a ticket) when its broker first asks; a release hands the name
+to the first live ticket, on whichever broker, and wakes only that broker;
+a broker that dies leaves the queue within a bound; a waiter that leaves
+takes its ticket with it."""
+
+import signal
+import threading
+import time
+
+from lbtest import LATE, SLOW, BrokerTest, main, wait_for
+
+QUEUE = "lockbroker:{%s}:queue"
+
+
+def waiters(broker):
+    return int(broker.info()["waiters"])
+
+
+class Fairness(BrokerTest):
+    conf = {"locks": {"retry_min_ms": 20, "retry_max_ms": 200},
+            "redis": {"command_timeout_ms": 500}}
+
+    def queued(self, name):
+        return self.redis("ZCARD", QUEUE % name)
+
+    def test_round_robin_across_four_brokers(self):
+        """4 brokers x 8 clients on one name, each holding a moment and
+        asking again: every client is granted, in the order the requests
+        were sent (first come, first served whichever broker), so the
+        clients take turns."""
+        brokers = [self.broker] + [self.start_broker(self.conf, name="b%d" % i)
+                                   for i in range(1, 4)]
+        clients = [(i, self.client(brokers[i % 4])) for i in range(32)]
+        grants, lock = [], threading.Lock()
+        stop = time.monotonic() + 3.0 * SLOW
+
+        def run(i, c):
+            while time.monotonic() < stop:
+                sent = time.monotonic()
+                reply = c.cmd("ACQUIRE hot")
+                fence = int(reply.split()[1])
+                with lock:
+                    grants.append((sent, fence, i))
+                time.sleep(0.001)
+                self.assertEqual(c.cmd("RELEASE hot"), "OK")
+
+        threads = [threading.Thread(target=run, args=ic) for ic in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        fences = [f for _, f, _ in grants]
+        self.assertEqual(len(set(fences)), len(fences), "a fence twice")
+        counts = [sum(1 for g in grants if g[2] == i) for i in range(32)]
+        self.assertGreater(min(counts), 0, counts)
+        self.assertGreater(len(grants), 5 * 32, "too few grants to judge")
+        # First come, first served: a request sent a clear margin (the
+        # way from client to Redis, on a loaded machine) after another is
+        # granted after it. The first round (everyone connecting at once)
+        # is left out.
+        margin = 0.02 * SLOW
+        by_sent = sorted(g for g in grants if g[1] > min(fences) + 32)
+        later_min, out = float("inf"), []
+        j = len(by_sent)
+        for k in range(len(by_sent) - 1, -1, -1):
+            sent, fence, i = by_sent[k]
+            while j > 0 and by_sent[j - 1][0] > sent + margin:
+                j -= 1
+                later_min = min(later_min, by_sent[j][1])
+            if fence > later_min:
+                out.append((round(sent, 4), fence, i))
+        self.assertEqual(out, [], "granted after a later request")
+        # Turns: max/min grants per client within 1.2 (a round or so of
+        # difference at the edges of the run, when threads start and stop).
+        self.assertLessEqual(max(counts), 1.2 * min(counts) + 1, counts)
+
+    def test_release_wakes_only_the_next_broker(self):
+        """A release hands the name to the next ticket's broker alone: the
+        other brokers' waiters ask Redis nothing meanwhile."""
+        other = self.start_broker(self.conf, name="other")
+        third = self.start_broker(self.conf, name="third")
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE w"), r"^OK ")
+        b, c = self.client(other), self.client(third)
+        b.send("ACQUIRE w")
+        wait_for(lambda: self.queued("w") == 1)
+        c.send("ACQUIRE w")
+        wait_for(lambda: self.queued("w") == 2)
+        self.assertEqual(h.cmd("RELEASE w"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+        self.assertEqual(int(other.info()["handovers_in_total"]), 1)
+        self.assertEqual(int(third.info()["handovers_in_total"]), 0)
+        self.assertEqual(self.queued("w"), 1)
+        self.assertEqual(b.cmd("RELEASE w"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+        self.assertEqual(int(third.info()["handovers_in_total"]), 1)
+        self.assertEqual(self.queued("w"), 0)
+
+    def test_try_once_never_jumps_the_queue(self):
+        """A free name whose queue has a live ticket goes to that ticket:
+        WAIT 0 (which takes no ticket) gets TIMEOUT, on any broker, and a
+        waiter queues behind the ticket."""
+        other = self.start_broker(self.conf, name="other")
+        # A ticket of a live broker that is not one of these two.
+        now = self.redis("TIME")
+        until = int(now[0]) * 1000 + int(now[1]) // 1000 + 60000
+        self.redis("ZADD", QUEUE % "t", 1, "elsewhere#1")
+        self.redis("HSET", "lockbroker:{t}:tickets", "elsewhere#1",
+                   "tok-else 60000 EXCLUSIVE elsewhere 1@- 0")
+        self.redis("HSET", "lockbroker:{t}:brokers", "elsewhere",
+                   "%d 1" % until)
+        self.assertEqual(self.client().cmd("ACQUIRE t WAIT 0"), "TIMEOUT")
+        self.assertEqual(self.client(other).cmd("ACQUIRE t WAIT 0"),
+                         "TIMEOUT")
+        w = self.client(other)
+        self.assertEqual(w.cmd("ACQUIRE t WAIT 300"), "TIMEOUT")
+        self.assertEqual(self.redis("EXISTS", "lockbroker:{t}"), 0)
+        self.assertEqual(self.redis("ZRANGE", QUEUE % "t", 0, -1),
+                         ["elsewhere#1"])
+        # That broker is gone (its entry ended): the queue moves on.
+        self.redis("HSET", "lockbroker:{t}:brokers", "elsewhere", "1 1")
+        self.assertRegex(w.cmd("ACQUIRE t WAIT 1000"), r"^OK ")
+        self.assertEqual(self.queued("t"), 0)
+
+    def test_waiter_that_leaves_takes_its_ticket(self):
+        """WAIT running out, a disconnect, and a half-close each take the
+        waiter's ticket out of the queue."""
+        other = self.start_broker(self.conf, name="other")
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE l"), r"^OK ")
+        a = self.client(other)
+        self.assertEqual(a.cmd("ACQUIRE l WAIT 300"), "TIMEOUT")
+        wait_for(lambda: self.queued("l") == 0)
+        b = self.client(other)
+        b.send("ACQUIRE l")
+        wait_for(lambda: self.queued("l") == 1)
+        b.close()
+        wait_for(lambda: self.queued("l") == 0)
+        c = self.client(other)
+        c.send("ACQUIRE l WAIT 60000")
+        wait_for(lambda: self.queued("l") == 1)
+        self.assertEqual(h.cmd("RELEASE l"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+        self.assertEqual(self.queued("l"), 0)
+        self.assertEqual(self.redis("HLEN", "lockbroker:{l}:tickets"), 0)
+
+    def test_handed_to_a_waiter_that_left(self):
+        """A ticket handed the name after its waiter left (the cancel had
+        not run yet) is released by its broker, and the name goes on to
+        the next ticket."""
+        other = self.start_broker(self.conf, name="other")
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE g"), r"^OK ")
+        gone, nxt = self.client(other), self.client(other)
+        gone.send("ACQUIRE g")
+        wait_for(lambda: self.queued("g") == 1)
+        nxt.send("ACQUIRE g")
+        wait_for(lambda: self.queued("g") == 2)
+        # Keep the cancel from running: the ticket stays first.
+        first = self.redis("ZRANGE", QUEUE % "g", 0, 0)[0]
+        gone.close()
+        wait_for(lambda: waiters(other) == 1)
+        self.redis("ZADD", QUEUE % "g", 0, first)
+        self.redis("HSET", "lockbroker:{g}:tickets", first,
+                   "tok-gone 60000 EXCLUSIVE x 0@- 0")
+        start = time.monotonic()
+        self.assertEqual(h.cmd("RELEASE g"), "OK")
+        self.assertRegex(nxt.line(), r"^OK ")
+        # Not left to the hand-over's 500 ms lease: released at once.
+        self.assertLess(time.monotonic() - start, 0.4 * LATE)
+
+    def test_killed_broker_stalls_the_queue_a_bounded_time(self):
+        """A broker killed with SIGKILL while its clients queue first: the
+        others are granted within 2 x retry_max_ms + command_timeout_ms of
+        its last try, plus a retry (docs/protocol.md §3)."""
+        dead = self.start_broker(self.conf, name="dead")
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE k"), r"^OK ")
+        for _ in range(3):
+            self.client(dead).send("ACQUIRE k")
+        wait_for(lambda: self.queued("k") == 3)
+        w = self.client()
+        w.send("ACQUIRE k")
+        wait_for(lambda: self.queued("k") == 4)
+        dead.proc.send_signal(signal.SIGKILL)
+        dead.proc.wait()
+        self.brokers.remove(dead)
+        start = time.monotonic()
+        self.assertEqual(h.cmd("RELEASE k"), "OK")
+        self.assertRegex(w.line(), r"^OK ")
+        took = time.monotonic() - start
+        bound = (2 * 200 + 500 + 200) / 1000
+        self.assertLess(took, bound * LATE + 0.3, took)
+        self.assertEqual(self.queued("k"), 0)
+
+
+if __name__ == "__main__":
+    main()
