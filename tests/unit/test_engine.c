@@ -2407,20 +2407,10 @@ START_TEST(test_acquire_bad_args)
 }
 END_TEST
 
-/* -- Where the engine and docs/protocol.md disagree --
- *
- * Written the way the docs say, so they FAIL on the engine as it is; they
- * run only as 'unit-engine-known' (test_engine --known), which meson
- * expects to fail (should_fail). When the engine or the docs change so
- * that one passes, that test reports an unexpected pass: move it up into
- * the suite, or drop it. */
-
-/* KNOWN MISMATCH: §3 Renewal: "No renewal is sent while the connection
- * has a request of its own on that name in progress (a tick is skipped)."
- * lockhold_renew_timer_cb skips a tick only for the connection's own
- * ACQUIRE or EXTEND of the name; with its STATUS (or VALIDATE, WHO,
- * REVOKE, RELEASE) of the name in Redis the renewal is sent. */
-START_TEST(test_known_no_renewal_during_own_request)
+/* §3 Renewal: a tick is skipped only while the connection's own ACQUIRE
+ * or EXTEND of the name is in Redis (they set the lease themselves); its
+ * STATUS of the name does not hold the renewal back. */
+START_TEST(test_renewal_during_own_status)
 {
 	struct lock_acquire_args a = args(0, -1);
 	struct lock_result res;
@@ -2429,21 +2419,16 @@ START_TEST(test_known_no_renewal_during_own_request)
 	hold(1, "a", &a, 1);
 	ck_assert_int_eq(lock_status(O(1), "a", &res), 0);
 	run_ms(150); /* past a tick */
-	ck_assert_msg(fake_count() == 1,
-	    "%u calls: a renewal was sent while STATUS a was in progress",
-	    fake_count());
+	ck_assert_uint_eq(fake_count(), 2);
 	fake_reply(expect(FAKE_STATUS, "a"), LDB_NO);
+	expect(FAKE_EXTEND, "a"); /* the renewal went all the same */
 }
 END_TEST
 
-/* KNOWN MISMATCH: §3 Sharing modes, Order: "Within one broker, waiters
- * of every mode share one first-come-first-served queue per name". An
- * exclusive waiter takes a ticket and tries at once (§4 Waiting, Order),
- * so it is served before a reader that queued here earlier: the reader
- * does not ask while the ticketed waiter is the trier, and the release
- * hands the name to the ticket. (§4 says a name the first ticket may take
- * is not a reader's; §3 says otherwise.) Written as §3 says. */
-START_TEST(test_known_reader_before_later_writer)
+/* §3 Sharing modes, Order: an exclusive waiter asks Redis for its place
+ * in the queue across brokers at once, so it may be served before a
+ * reader that queued here earlier (readers take no ticket yet). */
+START_TEST(test_later_writer_asks_before_earlier_reader)
 {
 	struct lock_acquire_args a = args(0, -1), s = args(0, -1);
 
@@ -2451,24 +2436,12 @@ START_TEST(test_known_reader_before_later_writer)
 	s.mode = LOCK_SHARED;
 	hold(1, "a", &a, 1);
 	ck_assert_int_eq(acquire(2, "a", &s), 0); /* first */
+	ck_assert_uint_eq(fake_count(), 0);	  /* held here: it waits */
 	ck_assert_int_eq(acquire(3, "a", &a), 0); /* then a writer */
-	ck_assert_msg(fake_count() == 0,
-	    "the later writer asked Redis before the earlier reader");
+	ck_assert_uint_eq(fake_count(), 1);	  /* it takes its place */
+	expect(FAKE_ACQUIRE, "a");
 }
 END_TEST
-
-static Suite *
-known_suite(void)
-{
-	Suite *s = suite_create("engine-known");
-	TCase *tc = tcase_create("known");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_known_no_renewal_during_own_request);
-	tcase_add_test(tc, test_known_reader_before_later_writer);
-	suite_add_tcase(s, tc);
-	return s;
-}
 
 static Suite *
 engine_suite(void)
@@ -2547,18 +2520,18 @@ engine_suite(void)
 	tcase_add_test(tc, test_fill_try_once);
 	tcase_add_test(tc, test_stop);
 	tcase_add_test(tc, test_limits);
+	tcase_add_test(tc, test_renewal_during_own_status);
+	tcase_add_test(tc, test_later_writer_asks_before_earlier_reader);
 	LOOP(test_acquire_bad_args, badargs);
 #undef LOOP
 	suite_add_tcase(s, tc);
 	return s;
 }
 
-/* With --known: only the tests of known disagreements (above). */
 int
-main(int argc, char **argv)
+main(void)
 {
-	bool known = argc > 1 && strcmp(argv[1], "--known") == 0;
-	SRunner *sr = srunner_create(known ? known_suite() : engine_suite());
+	SRunner *sr = srunner_create(engine_suite());
 	int failed;
 
 	srunner_run_all(sr, CK_NORMAL);
