@@ -39,6 +39,15 @@
  * milliseconds this one loop could not keep up (e.g. with 100k polls a
  * second) and the figures include lockbench's own delay.
  *
+ * Several brokers: --broker given more than once (up to MAX_BROKERS), each
+ * an address of a broker sharing one Redis. Connection i goes to broker
+ * i mod the number given (round-robin; in scale the holders, waiters and
+ * idle are spread the same way), and the JSON line lists the brokers and,
+ * in contended and handoff, the grants per broker and per connection. A
+ * handoff whose release went to another broker than the grant came from
+ * crossed brokers: those are also reported on their own (cross_handoff_*,
+ * null with one broker).
+ *
  * --csv FILE writes FILE with rows percentile,latency_ms[,wait_ms] at 0.1 %
  * steps, then 99.99 and 100 (the maximum); wait_ms is there when the
  * scenario has waits. FILE less a ".csv" suffix, plus ".gp", is a gnuplot
@@ -81,6 +90,7 @@
 #define MAX_ERRORS_SHOWN 5
 #define CONNECT_BATCH 500 /* connects in flight: stay under the backlog */
 #define SPARE_FILES 64	  /* descriptors beyond the sockets: stdio, epoll */
+#define MAX_BROKERS 64	  /* --broker given this many times at most */
 
 extern char **environ;
 
@@ -102,7 +112,9 @@ struct samples {
 struct opts {
 	enum target target;
 	enum scenario scenario;
-	const char *addr;
+	const char *addr; /* the first address: the only one for --redis */
+	const char *addrs[MAX_BROKERS];
+	unsigned naddrs;
 	long conns; /* these three: -1 until given, then the scenario picks */
 	long hold_us;
 	long poll_ms;
@@ -122,6 +134,7 @@ struct bconn {
 	struct bench *b;
 	unsigned id;
 	enum role role;
+	unsigned broker; /* index in o.addrs: id mod naddrs */
 	struct bufferevent *bev;
 	struct event *timer; /* hold or poll */
 	enum cstate state;
@@ -139,8 +152,8 @@ struct bconn {
 struct bench {
 	struct opts o;
 	struct event_base *base;
-	struct sockaddr_storage sa;
-	socklen_t salen;
+	struct sockaddr_storage sa[MAX_BROKERS];
+	socklen_t salen[MAX_BROKERS];
 	struct bconn *conns;
 	unsigned nconns; /* workers, then holders, waiters, idle (scale) */
 	unsigned opened, connected, held, sent;
@@ -150,9 +163,11 @@ struct bench {
 	struct samples lat;    /* cycles, or completed waits (contended) */
 	struct samples wait;   /* completed and pending waits */
 	struct samples hand;   /* handoff latencies */
+	struct samples xhand;  /* those of handoffs that crossed brokers */
 	struct samples lag;    /* how late hold and poll timers fired */
 	uint64_t last_release; /* ns: last RELEASE sent; 0 once granted after */
-	uint64_t ops, busy, errors, pending, handoffs;
+	unsigned last_release_broker; /* where that RELEASE went */
+	uint64_t ops, busy, errors, pending, handoffs, xhandoffs;
 	long rss_kib, hwm_kib;
 	char prefix[32];
 	uint64_t rng;
@@ -164,6 +179,7 @@ struct figures {
 	double p50, p99, p999;
 	double wp50, wp99, wp999, pending;
 	double handoffs, handoffs_s, hp50, hp99;
+	double xhandoffs, xhp50, xhp99; /* handoffs across brokers */
 	double gmin, gmax, fairness;
 	double busy, rss, hwm, lag99;
 };
@@ -280,22 +296,22 @@ parse_long(const char *opt, const char *s, long min, long max)
 
 /* A path (with a '/') is a Unix socket: the sidecar's way to the broker. */
 static void
-parse_unix_addr(struct bench *b, const char *path)
+parse_unix_addr(struct sockaddr_storage *sa, socklen_t *salen, const char *path)
 {
-	struct sockaddr_un *sun = (struct sockaddr_un *)&b->sa;
+	struct sockaddr_un *sun = (struct sockaddr_un *)sa;
 
 	if (strlen(path) >= sizeof sun->sun_path)
 		fatalx("address '%s': path too long", path);
 	memset(sun, 0, sizeof *sun);
 	sun->sun_family = AF_UNIX;
 	strcpy(sun->sun_path, path);
-	b->salen = sizeof *sun;
+	*salen = sizeof *sun;
 }
 
 /* HOST:PORT (or [V6]:PORT, or a Unix socket's path) to a socket address,
  * resolved once up front. */
 static void
-parse_addr(struct bench *b, const char *arg)
+parse_addr(struct sockaddr_storage *sa, socklen_t *salen, const char *arg)
 {
 	struct addrinfo hints, *res;
 	char host[256];
@@ -304,7 +320,7 @@ parse_addr(struct bench *b, const char *arg)
 	int rc;
 
 	if (strchr(arg, '/') != NULL) {
-		parse_unix_addr(b, arg);
+		parse_unix_addr(sa, salen, arg);
 		return;
 	}
 	if (colon == NULL || colon == arg || colon[1] == '\0')
@@ -323,8 +339,10 @@ parse_addr(struct bench *b, const char *arg)
 	rc = getaddrinfo(host, colon + 1, &hints, &res);
 	if (rc != 0)
 		fatalx("address '%s': %s", arg, gai_strerror(rc));
-	memcpy(&b->sa, res->ai_addr, res->ai_addrlen);
-	b->salen = res->ai_addrlen;
+	if (res->ai_addrlen > sizeof *sa)
+		fatalx("address '%s': too long", arg);
+	memcpy(sa, res->ai_addr, res->ai_addrlen);
+	*salen = res->ai_addrlen;
 	freeaddrinfo(res);
 }
 
@@ -509,8 +527,10 @@ static void
 conn_release(struct bconn *c)
 {
 	c->state = CS_RELEASING;
-	if (c->role == ROLE_COMPETE)
+	if (c->role == ROLE_COMPETE) {
 		c->b->last_release = now_ns();
+		c->b->last_release_broker = c->broker;
+	}
 	if (c->b->o.target == TARGET_BROKER) {
 		evbuffer_add_printf(
 		    bufferevent_get_output(c->bev), "RELEASE %s\n", c->name);
@@ -595,6 +615,10 @@ handoff_count(struct bconn *c, uint64_t now)
 		return 0;
 	b->handoffs++;
 	samples_add(&b->hand, now - rel);
+	if (c->broker != b->last_release_broker) {
+		b->xhandoffs++;
+		samples_add(&b->xhand, now - rel);
+	}
 	return 1;
 }
 
@@ -828,7 +852,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 	int one = 1;
 
 	if (what & BEV_EVENT_CONNECTED) {
-		if (b->sa.ss_family != AF_UNIX)
+		if (b->sa[c->broker].ss_family != AF_UNIX)
 			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP,
 			    TCP_NODELAY, &one, sizeof one);
 		if (++b->connected == b->nconns)
@@ -871,6 +895,7 @@ conn_open(struct bench *b, unsigned i)
 	c->b = b;
 	c->id = i;
 	c->role = bench_role(b, i);
+	c->broker = i % b->o.naddrs;
 	c->bev = bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	c->timer = evtimer_new(b->base, conn_timer_cb, c);
 	if (c->bev == NULL || c->timer == NULL)
@@ -878,8 +903,9 @@ conn_open(struct bench *b, unsigned i)
 	bufferevent_setcb(
 	    c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-	if (bufferevent_socket_connect(
-		c->bev, (struct sockaddr *)&b->sa, (int)b->salen) != 0)
+	if (bufferevent_socket_connect(c->bev,
+		(struct sockaddr *)&b->sa[c->broker],
+		(int)b->salen[c->broker]) != 0)
 		fatalx("conn %u: connect failed", i);
 }
 
@@ -941,8 +967,14 @@ bench_figures(struct bench *b, struct figures *f)
 	samples_sort(&b->lat);
 	samples_sort(&b->wait);
 	samples_sort(&b->hand);
+	samples_sort(&b->xhand);
 	samples_sort(&b->lag);
-	*f = (struct figures){ .gmin = NAN, .gmax = NAN, .fairness = NAN };
+	*f = (struct figures){ .gmin = NAN,
+		.gmax = NAN,
+		.fairness = NAN,
+		.xhandoffs = NAN,
+		.xhp50 = NAN,
+		.xhp99 = NAN };
 	f->secs = (double)(b->t_end - b->t_start) / 1e9;
 	f->ops_s = (double)b->ops / f->secs;
 	f->p50 = samples_pct(lat, 0.5);
@@ -956,6 +988,11 @@ bench_figures(struct bench *b, struct figures *f)
 	f->handoffs_s = compete ? (double)b->handoffs / f->secs : NAN;
 	f->hp50 = samples_pct(&b->hand, 0.5);
 	f->hp99 = samples_pct(&b->hand, 0.99);
+	if (compete && b->o.naddrs > 1) {
+		f->xhandoffs = (double)b->xhandoffs;
+		f->xhp50 = samples_pct(&b->xhand, 0.5);
+		f->xhp99 = samples_pct(&b->xhand, 0.99);
+	}
 	if (compete)
 		figures_grants(b, f);
 	f->busy =
@@ -973,6 +1010,37 @@ fmt_num(char *buf, size_t size, double v, int prec)
 		return "-";
 	snprintf(buf, size, "%.*f", prec, v);
 	return buf;
+}
+
+/* Grants per broker of the competing connections, into g[naddrs]. */
+static void
+grants_per_broker(const struct bench *b, uint64_t *g)
+{
+	unsigned i;
+
+	memset(g, 0, b->o.naddrs * sizeof *g);
+	for (i = 0; i < b->nconns; i++)
+		if (b->conns[i].role == ROLE_COMPETE)
+			g[b->conns[i].broker] += b->conns[i].grants;
+}
+
+/* The table's lines for several brokers: grants per broker, crossings. */
+static void
+report_table_brokers(const struct bench *b, const struct figures *f)
+{
+	uint64_t g[MAX_BROKERS];
+	char x[2][32];
+	unsigned i;
+
+	if (b->o.naddrs < 2 || isnan(f->gmin))
+		return;
+	grants_per_broker(b, g);
+	printf("  grants per broker:");
+	for (i = 0; i < b->o.naddrs; i++)
+		printf(" %" PRIu64, g[i]);
+	printf("\n  handoffs across brokers %.0f: p50 %s  p99 %s ms\n",
+	    f->xhandoffs, fmt_num(x[0], sizeof x[0], f->xhp50, 3),
+	    fmt_num(x[1], sizeof x[1], f->xhp99, 3));
 }
 
 /* The human table: one row of the main figures, then a line per extra. */
@@ -1004,6 +1072,7 @@ report_table(struct bench *b, const struct figures *f)
 		printf("  grants per client: min %.0f  max %.0f  fairness %s\n",
 		    f->gmin, f->gmax,
 		    fmt_num(x[0], sizeof x[0], f->fairness, 3));
+	report_table_brokers(b, f);
 	if (b->o.scenario == SCEN_SCALE)
 		printf("  %u idle, %u waiters on %u held names\n", b->o.idle,
 		    b->o.waiters, b->o.scale_names);
@@ -1050,6 +1119,41 @@ report_json_params(const struct bench *b)
 	json_num("pid", b->o.pid != 0 ? (double)b->o.pid : NAN, 0);
 }
 
+/* The brokers' addresses, and (contended, handoff) the grants per broker
+ * and per competing connection; null where they do not apply. */
+static void
+report_json_brokers(const struct bench *b)
+{
+	int compete =
+	    b->o.scenario == SCEN_CONTENDED || b->o.scenario == SCEN_HANDOFF;
+	uint64_t g[MAX_BROKERS];
+	unsigned i, n = 0;
+
+	if (b->o.target != TARGET_BROKER) {
+		printf(",\"brokers\":null");
+	} else {
+		printf(",\"brokers\":[");
+		for (i = 0; i < b->o.naddrs; i++)
+			printf("%s\"%s\"", i ? "," : "", b->o.addrs[i]);
+		printf("]");
+	}
+	if (!compete) {
+		printf(
+		    ",\"grants_per_broker\":null,\"grants_per_client\":null");
+		return;
+	}
+	grants_per_broker(b, g);
+	printf(",\"grants_per_broker\":[");
+	for (i = 0; i < b->o.naddrs; i++)
+		printf("%s%" PRIu64, i ? "," : "", g[i]);
+	printf("],\"grants_per_client\":[");
+	for (i = 0; i < b->nconns; i++)
+		if (b->conns[i].role == ROLE_COMPETE)
+			printf(
+			    "%s%" PRIu64, n++ ? "," : "", b->conns[i].grants);
+	printf("]");
+}
+
 /* The JSON line: one object, every key always present. */
 static void
 report_json(const struct bench *b, const struct figures *f)
@@ -1073,6 +1177,9 @@ report_json(const struct bench *b, const struct figures *f)
 	json_num("handoffs_per_s", f->handoffs_s, 1);
 	json_num("handoff_p50_ms", f->hp50, 3);
 	json_num("handoff_p99_ms", f->hp99, 3);
+	json_num("cross_handoffs", f->xhandoffs, 0);
+	json_num("cross_handoff_p50_ms", f->xhp50, 3);
+	json_num("cross_handoff_p99_ms", f->xhp99, 3);
 	json_num("min_grants", f->gmin, 0);
 	json_num("max_grants", f->gmax, 0);
 	json_num("fairness", f->fairness, 3);
@@ -1082,6 +1189,7 @@ report_json(const struct bench *b, const struct figures *f)
 	json_num("errors", (double)b->errors, 0);
 	json_num("timer_lag_p99_ms", f->lag99, 3);
 	report_json_params(b);
+	report_json_brokers(b);
 	printf("}\n");
 }
 
@@ -1239,9 +1347,12 @@ bench_stop_cb(evutil_socket_t fd, short what, void *arg)
 static void __attribute__((noreturn)) usage(int status)
 {
 	fprintf(status == 0 ? stdout : stderr,
-	    "usage: lockbench (--broker | --redis) HOST:PORT [options]\n"
+	    "usage: lockbench (--broker HOST:PORT [--broker HOST:PORT ...] |\n"
+	    "                  --redis HOST:PORT) [options]\n"
 	    "  --broker HOST:PORT  measure lockbrokerd (its line protocol);\n"
-	    "                      a path with a '/' is a Unix socket\n"
+	    "                      a path with a '/' is a Unix socket. Give it\n"
+	    "                      again for more brokers on one Redis: the\n"
+	    "                      connections are spread round-robin over them\n"
 	    "  --redis HOST:PORT   measure the direct-Redis client (SET NX "
 	    "PX, Lua release)\n"
 	    "  -s, --scenario S    uncontended | contended | handoff | scale\n"
@@ -1302,10 +1413,13 @@ parse_one(struct opts *o, int ch, const char *arg)
 	switch (ch) {
 	case 'B':
 	case 'R':
-		if (o->addr != NULL)
-			fatalx("give one of --broker and --redis");
+		if (o->naddrs > 0 && (ch == 'R' || o->target == TARGET_REDIS))
+			fatalx("give one --redis, or --broker (once or more)");
+		if (o->naddrs == MAX_BROKERS)
+			fatalx("at most %d --broker", MAX_BROKERS);
 		o->target = ch == 'B' ? TARGET_BROKER : TARGET_REDIS;
-		o->addr = arg;
+		o->addrs[o->naddrs++] = arg;
+		o->addr = o->addrs[0];
 		break;
 	case 's':
 		o->scenario = parse_scenario(arg);
@@ -1439,7 +1553,10 @@ bench_loop_new(struct bench *b)
 static void
 bench_init(struct bench *b)
 {
-	parse_addr(b, b->o.addr);
+	unsigned i;
+
+	for (i = 0; i < b->o.naddrs; i++)
+		parse_addr(&b->sa[i], &b->salen[i], b->o.addrs[i]);
 	b->nconns = (unsigned)b->o.conns;
 	if (b->o.scenario == SCEN_SCALE)
 		b->nconns += b->o.scale_names + b->o.waiters + b->o.idle;
@@ -1474,6 +1591,7 @@ bench_free(struct bench *b)
 	free(b->lat.v);
 	free(b->wait.v);
 	free(b->hand.v);
+	free(b->xhand.v);
 	free(b->lag.v);
 	event_free(b->stop_ev);
 	event_base_free(b->base);
