@@ -204,6 +204,7 @@ static const struct config_key config_keys[] = {
 	    CONFIG_MAX_SENTINELS, config_check_hostport, 0),
 	K_STR("redis.master_name", redis.master_name, "", NULL, 0),
 	K_INT("redis.wait_replicas", redis.wait_replicas, 0, 0, 100, 0),
+	K_BOOL("redis.allow_eviction", redis.allow_eviction, false, 0),
 
 	K_I64("locks.lease_ms", locks.lease_ms, 10000, 30, 86400000, R),
 	K_I64("locks.min_ttl_ms", locks.min_ttl_ms, 10, 1, 86400000, R),

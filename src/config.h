@@ -36,8 +36,9 @@ struct config_redis {
 	int reconnect_max_ms;	/* 5000, 1..600000, >= reconnect_min_ms */
 	char *sentinels[CONFIG_MAX_SENTINELS]; /* "host:port" strings */
 	int nsentinels;
-	char *master_name; /* "" */
-	int wait_replicas; /* 0, 0..100 */
+	char *master_name;   /* "" */
+	int wait_replicas;   /* 0, 0..100 */
+	bool allow_eviction; /* grant from a Redis that may evict keys */
 };
 
 struct config_locks {

@@ -96,6 +96,11 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 		lockreq_set_err(res, PERR_SHUTDOWN, "the broker is stopping");
 		return false;
 	}
+	/* An evicting Redis loses locks and fences: nothing is granted. */
+	if (lockdb_refusal() != NULL) {
+		lockreq_set_err(res, PERR_UNAVAILABLE, lockdb_refusal());
+		return false;
+	}
 	if (!lock_check_name(name, res) || !lock_check_token(a->token, res))
 		return false;
 	if (a->ttl_ms != 0 && !lock_check_ttl(a->ttl_ms, res))
@@ -616,6 +621,7 @@ lock_init(struct event_base *base, const struct config *config)
 	lockhold_init(base, cf, lockq_kick);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
 	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf));
+	lockdb_allow_eviction(cf->redis.allow_eviction);
 	lockq_init(base, cf);
 }
 

@@ -40,6 +40,8 @@ static struct {
 
 static void lockq_retry_cb(evutil_socket_t fd, short what, void *arg);
 static void lockq_side_cb(const struct lockdb_reply *r, void *arg);
+static bool lockq_token_used(
+    struct lock_name *ln, const char *token, const struct lock_req *req);
 static void lockq_take(struct lock_req *req);
 static void lockq_confirm(struct lock_req *req);
 static void lockq_confirm_cb(const struct lockdb_reply *r, void *arg);
@@ -177,6 +179,17 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 	struct lock_result res = { .status = LOCK_OK };
 	struct lock_owner *o = req->owner;
 
+	if (lockdb_refusal() != NULL && req->owner != NULL) {
+		/* Granted by a Redis found to evict since it was asked (a
+		 * hand-over, a try in flight): given back, and the waiter
+		 * told, as a new ACQUIRE would be. */
+		lockq_dequeue(req);
+		if (!lockq_token_used(req->ln, req->token, req))
+			lockrel_release(
+			    req->ln->name, req->token, fence, false, 0);
+		lockreq_answer_err(req, PERR_UNAVAILABLE, lockdb_refusal());
+		return;
+	}
 	STAT_INC(grants_total);
 	req->granted = true;
 	lockq_dequeue(req);

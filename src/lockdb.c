@@ -73,6 +73,11 @@ static struct {
 	char handoff[24];     /* ms a hand-over waits for its broker */
 	char live[24];	      /* ms a broker with waiters goes without asking */
 	lockdb_news_fn *news; /* what the channels say goes here */
+	void (*up_fn)(void *); /* the engine's, at every connect */
+	void *up_arg;
+	bool allow_eviction;
+	char policy[32];  /* Redis's maxmemory-policy, "" until known */
+	char refusal[96]; /* lockdb_refusal's text, "" for none */
 } ldb;
 
 /*
@@ -150,10 +155,76 @@ lockdb_subscribe(lockdb_news_fn *fn)
 	redisc_subscribe(ldb.channel, ldb.mine, lockdb_message_cb, NULL);
 }
 
+/*
+ * What Redis says of itself (INFO memory persistence), asked first thing at
+ * every connect, so its answer comes before any other on this connection.
+ * An evicting Redis loses lock keys and fence counters under memory
+ * pressure: no grant is made from it (docs/operations.md, Redis settings).
+ */
+static void
+lockdb_info_cb(const redisReply *r, void *arg)
+{
+	const char *p;
+
+	if (r == NULL || r->type != REDIS_REPLY_STRING) {
+		log_warnx(
+		    "redis: INFO %s: cannot check maxmemory-policy (give the broker's Redis user +info)",
+		    r != NULL && r->type == REDIS_REPLY_ERROR ? r->str
+							      : "not answered");
+		return;
+	}
+	ldb.policy[0] = '\0';
+	if ((p = strstr(r->str, "maxmemory_policy:")) != NULL)
+		sscanf(
+		    p + strlen("maxmemory_policy:"), "%31[a-z-]", ldb.policy);
+	ldb.refusal[0] = '\0';
+	if (ldb.policy[0] != '\0' && strcmp(ldb.policy, "noeviction") != 0) {
+		if (ldb.allow_eviction)
+			log_warnx(
+			    "redis: maxmemory-policy is %s: Redis may evict locks and fence counters; granting anyway (redis.allow_eviction)",
+			    ldb.policy);
+		else {
+			snprintf(ldb.refusal, sizeof ldb.refusal,
+			    "Redis maxmemory-policy is %s; locks need noeviction",
+			    ldb.policy);
+			log_warnx(
+			    "redis: %s: no lock is granted until it is (or redis.allow_eviction)",
+			    ldb.refusal);
+		}
+	}
+	if (strstr(r->str, "aof_enabled:0") != NULL)
+		log_info(
+		    "redis: no append-only file: a restart loses the grants and fences made since its last snapshot (docs/operations.md, Redis settings)");
+}
+
+static void
+lockdb_connected(void *arg)
+{
+	const char *argv[3] = { "INFO", "memory", "persistence" };
+	size_t lens[3] = { 4, 6, 11 };
+
+	redisc_command(3, argv, lens, lockdb_info_cb, NULL);
+	if (ldb.up_fn != NULL)
+		ldb.up_fn(ldb.up_arg);
+}
+
 void
 lockdb_on_connect(void (*fn)(void *), void *arg)
 {
-	redisc_on_connect(fn, arg);
+	ldb.up_fn = fn;
+	ldb.up_arg = arg;
+}
+
+const char *
+lockdb_refusal(void)
+{
+	return ldb.refusal[0] != '\0' ? ldb.refusal : NULL;
+}
+
+void
+lockdb_allow_eviction(bool allow)
+{
+	ldb.allow_eviction = allow;
 }
 
 bool
@@ -584,6 +655,7 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	    handoff_ms > 0 ? handoff_ms : 1);
 	snprintf(
 	    ldb.live, sizeof ldb.live, "%" PRIu64, live_ms > 0 ? live_ms : 1);
+	redisc_on_connect(lockdb_connected, NULL);
 	redisc_script_add(&lockdb_lua_acquire.rs);
 	redisc_script_add(&lockdb_lua_share.rs);
 	redisc_script_add(&lockdb_lua_release.rs);

@@ -96,6 +96,11 @@ void lockdb_subscribe(lockdb_news_fn *fn);
 void lockdb_on_connect(void (*fn)(void *), void *arg);
 /* Whether the command connection is up. */
 bool lockdb_up(void);
+/* Why no lock may be granted from this Redis now ("Redis maxmemory-policy
+ * is allkeys-lru; locks need noeviction"), or NULL. Read at every connect;
+ * allow says to grant anyway. */
+const char *lockdb_refusal(void);
+void lockdb_allow_eviction(bool allow);
 
 /* broker ("<host>:<pid>:<random>") names this broker in WHO entries, in
  * its tickets, and in the messages that tell other brokers of a grant it

@@ -12,6 +12,7 @@
 #include <event2/http.h>
 
 #include "config.h"
+#include "lockdb.h"
 #include "log.h"
 #include "metrics.h"
 #include "redisc.h"
@@ -88,13 +89,17 @@ static void
 metrics_healthz(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *out = evbuffer_new();
-	bool up = redisc_up();
+	const char *refusal = lockdb_refusal();
+	bool up = redisc_up() && refusal == NULL;
 
 	if (out == NULL) {
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return;
 	}
-	evbuffer_add_printf(out, "%s\n", up ? "ok" : "redis unavailable");
+	evbuffer_add_printf(out, "%s\n",
+	    up			  ? "ok"
+		: refusal != NULL ? refusal
+				  : "redis unavailable");
 	evhttp_send_reply(
 	    req, up ? HTTP_OK : 503, up ? "OK" : "Service Unavailable", out);
 	evbuffer_free(out);

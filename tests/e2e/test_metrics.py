@@ -83,6 +83,36 @@ class Metrics(BrokerTest):
         self.assertEqual(float(info["wait_seconds_count"]),
                          after["lockbroker_wait_seconds_count"])
 
+    def test_evicting_redis_refuses_grants_and_fails_healthz(self):
+        """A Redis whose maxmemory-policy may evict keys (read at every
+        connect) gets no grants: ERR UNAVAILABLE with the policy, /healthz
+        503, until it says noeviction again (issue 15)."""
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE e TTL 60000"), r"^OK ")
+        self.redis("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        self.redis("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        want = ("ERR UNAVAILABLE Redis maxmemory-policy is allkeys-lru; "
+                "locks need noeviction")
+        d = self.client()
+        wait_for(lambda: d.cmd("ACQUIRE f WAIT 0") == want, 5)
+        self.assertEqual(d.cmd("FILL g"), want)
+        self.assertEqual(d.cmd("ACQUIRE h SHARED"), want)
+        self.assertEqual(self.get("/healthz"), (503, want[16:] + "\n"))
+        self.assertIn("maxmemory-policy is allkeys-lru",
+                      self.broker.logtext())
+        self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        self.redis("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        wait_for(lambda: self.get("/healthz") == (200, "ok\n"), 5)
+        self.assertRegex(d.cmd("ACQUIRE f WAIT 0"), r"^OK ")
+
+    def test_allow_eviction_grants_loudly(self):
+        self.redis("CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
+        b = self.start_broker({"redis": {"allow_eviction": True}},
+                              name="allowing")
+        wait_for(lambda: "maxmemory-policy is volatile-ttl" in b.logtext(), 5)
+        self.assertRegex(self.client(b).cmd("ACQUIRE a WAIT 0"), r"^OK ")
+        self.assertIn("granting anyway (redis.allow_eviction)", b.logtext())
+
     def test_healthz_follows_redis(self):
         self.assertEqual(self.get("/healthz"), (200, "ok\n"))
         self.redis.kill()

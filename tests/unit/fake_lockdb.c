@@ -86,6 +86,17 @@ lockdb_up(void)
 	return fake.up;
 }
 
+const char *
+lockdb_refusal(void)
+{
+	return NULL;
+}
+
+void
+lockdb_allow_eviction(bool allow)
+{
+}
+
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
     uint64_t live_ms)
