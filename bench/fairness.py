@@ -57,9 +57,13 @@ SHAPES = [(1, 32), (2, 16), (4, 8)]
 HANDOFF_S = 5  # the handoff runs: at most this long
 BROKER_CONF = {"log": {"level": "warning"},
                "limits": {"max_clients": 100000, "max_waiters": 100000}}
-INFO_KEYS = ["grants_total", "releases_total", "handovers_total",
-             "handovers_in_total", "redis_requests_total", "timeouts_total",
-             "late_grants_total", "errors_total"]
+# Broker counters that should not move in these runs. (Not timeouts_total:
+# a waiter whose first try is in Redis when lockbench exits is answered
+# TIMEOUT, as a try-once; lockbench's wait_timeouts counts those it read.)
+ODD_KEYS = ["late_grants_total", "errors_total",
+            "lost_expired_total", "lost_stolen_total",
+            "lost_unavailable_total", "lost_revoked_total",
+            "redis_timeouts_total", "renewal_failures_total"]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -266,6 +270,10 @@ def figures(label, nbrokers, clients, lb, before, after, logs):
         "redis_cpu_us_per_grant": per(after["redis_cpu"] -
                                       before["redis_cpu"], grants),
         "errors": lb["errors"], "timer_lag_p99_ms": lb["timer_lag_p99_ms"],
+        "odd": {k: d for k in ODD_KEYS
+                for d in [delta_info(before, after, k)] if d} | (
+                    {"lockbench wait_timeouts": lb["wait_timeouts"]}
+                    if lb.get("wait_timeouts") else {}),
         "broker_logs": logs, "lockbench": lb,
     }
 
@@ -425,6 +433,20 @@ def targets(sums, hsums, label):
     return "\n".join(out)
 
 
+def oddities(runs):
+    """One line: what went wrong in any run, or that nothing did."""
+    bad = ["%s %s %d×%d: %s" % (
+        r["build"], r["scenario"], r["brokers"], r["clients"],
+        ", ".join(["lockbench errors %d" % r["errors"]] * bool(r["errors"])
+                  + ["%s +%d" % kv for kv in sorted(r["odd"].items())]))
+        for r in runs if r["errors"] or r["odd"]]
+    if not bad:
+        return ("In every run: no lockbench error, no wait answered TIMEOUT, "
+                "and no broker counted a late grant, an ERR, an EVENT LOST, "
+                "a failed renewal or a Redis timeout.")
+    return "Not clean: " + "; ".join(bad) + "."
+
+
 def write_doc(text):
     with open(DOC) as fh:
         doc = fh.read()
@@ -516,14 +538,20 @@ def main():
              "in the first round" % args.baseline_label)
             if args.baseline else ""),
         "", tables(sums, hsums), "", targets(sums, hsums, label), "",
+        oddities(runs), "",
         "<details><summary>lockbench runs (one JSON line each)</summary>",
         "", "```"] + [json.dumps(r["lockbench"]) for r in runs] +
         ["```", "", "</details>"])
     print(text)
-    odd = [(r["build"], r["scenario"], r["brokers"], r["clients"], l)
-           for r in runs for l in r["broker_logs"]]
-    for o in odd:
-        sys.stderr.write("fairness: broker log, %s %s %dx%d: %s\n" % o)
+    for r in runs:
+        what = (r["build"], r["scenario"], r["brokers"], r["clients"])
+        for l in r["broker_logs"]:
+            sys.stderr.write("fairness: broker log, %s %s %dx%d: %s\n" %
+                             (what + (l,)))
+        if r["odd"] or r["errors"]:
+            sys.stderr.write("fairness: %s %s %dx%d: lockbench errors %d, "
+                             "broker counters %s\n" % (what + (
+                                 r["errors"], r["odd"])))
     print(json.dumps({"summary": sums + hsums}))
     if args.json:
         with open(args.json, "w") as fh:

@@ -35,6 +35,8 @@
  * and a holder that takes the lock back after its own release (the direct
  * client can) makes none. Fairness is max/min grants per competing
  * connection (contended, handoff), null when some connection got none.
+ * A broker wait answered TIMEOUT (a configured locks.default_wait_ms ran
+ * out) asks again at once; wait_timeouts counts those.
  * timer_lag_p99_ms is how late hold and poll timers fired: when it reaches
  * milliseconds this one loop could not keep up (e.g. with 100k polls a
  * second) and the figures include lockbench's own delay.
@@ -168,6 +170,7 @@ struct bench {
 	uint64_t last_release; /* ns: last RELEASE sent; 0 once granted after */
 	unsigned last_release_broker; /* where that RELEASE went */
 	uint64_t ops, busy, errors, pending, handoffs, xhandoffs;
+	uint64_t wait_timeouts; /* TIMEOUT to a broker wait: it asks again */
 	long rss_kib, hwm_kib;
 	char prefix[32];
 	uint64_t rng;
@@ -702,9 +705,10 @@ conn_busy(struct bconn *c)
 	if (c->role == ROLE_CYCLE) {
 		b->busy++;
 		conn_next(c);
-	} else if (b->o.target == TARGET_BROKER)
+	} else if (b->o.target == TARGET_BROKER) {
+		b->wait_timeouts++;
 		conn_try(c);
-	else {
+	} else {
 		if (c->role == ROLE_WAITER && !c->phased && us > 0)
 			us = (long)(rng_next(b) % (uint64_t)us);
 		c->phased = 1;
@@ -1088,6 +1092,9 @@ report_table(struct bench *b, const struct figures *f)
 		    f->lag99);
 	if (b->errors > 0)
 		printf("  errors %" PRIu64 "\n", b->errors);
+	if (b->wait_timeouts > 0)
+		printf("  waits answered TIMEOUT (asked again) %" PRIu64 "\n",
+		    b->wait_timeouts);
 }
 
 /* One JSON member; NAN is null, so what does not apply says so. */
@@ -1187,6 +1194,11 @@ report_json(const struct bench *b, const struct figures *f)
 	json_num("rss_kib", f->rss, 0);
 	json_num("hwm_kib", f->hwm, 0);
 	json_num("errors", (double)b->errors, 0);
+	json_num("wait_timeouts",
+	    b->o.target == TARGET_BROKER && b->o.scenario != SCEN_UNCONTENDED
+		? (double)b->wait_timeouts
+		: NAN,
+	    0);
 	json_num("timer_lag_p99_ms", f->lag99, 3);
 	report_json_params(b);
 	report_json_brokers(b);
