@@ -348,6 +348,23 @@ lock_extend_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_req *req = arg;
 	struct lock_result res = { .status = LOCK_OK, .ttl_ms = req->ttl_ms };
 
+	/* redis.wait_replicas: the new lease counts only once replicated
+	 * (a shorter one was assumed when it was sent). */
+	if (r->status == LDB_OK && cf->redis.wait_replicas > 0 &&
+	    !req->replicating) {
+		req->replicating = true;
+		lockdb_wait(req->ln->name, cf->redis.wait_replicas,
+		    (uint64_t)cf->redis.command_timeout_ms / 2, lock_extend_cb,
+		    req);
+		return;
+	}
+	if (req->replicating && r->status == LDB_OK &&
+	    r->fence < (uint64_t)cf->redis.wait_replicas) {
+		lockreq_answer_err(req, PERR_UNAVAILABLE,
+		    "the extension did not reach redis.wait_replicas replicas in time");
+		lockreq_free(req);
+		return;
+	}
 	if (r->status == LDB_OK) {
 		STAT_INC(extends_total);
 		lockhold_lease(req, 0);

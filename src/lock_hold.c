@@ -224,6 +224,8 @@ lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
+static void lockhold_renewed(
+    struct lock_req *req, const struct lockdb_reply *r);
 
 /* Every lease/3: push the session lease out again, compare-and-PEXPIRE. */
 static void
@@ -255,6 +257,33 @@ static void
 lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
 {
 	struct lock_req *req = arg;
+	struct lock_hold *h = req->hold;
+
+	/* redis.wait_replicas: a renewal counts only once that many replicas
+	 * have it, as a grant does; a replica promoted meanwhile would
+	 * otherwise let the lease end early while the holder trusts it. */
+	if (h != NULL && r->status == LDB_OK && !req->replicating &&
+	    hold.cf->redis.wait_replicas > 0 && h->kind == LOCK_SESSION) {
+		req->replicating = true;
+		lockdb_wait(h->ln->name, hold.cf->redis.wait_replicas,
+		    (uint64_t)hold.cf->redis.command_timeout_ms / 2,
+		    lockhold_renew_cb, req);
+		return;
+	}
+	if (req->replicating && r->status == LDB_OK &&
+	    r->fence < (uint64_t)hold.cf->redis.wait_replicas) {
+		/* Not replicated: as if not answered. */
+		struct lockdb_reply short_of = { .status = LDB_UNAVAILABLE };
+
+		lockhold_renewed(req, &short_of);
+	} else
+		lockhold_renewed(req, r);
+}
+
+/* A renewal's outcome, for its hold if that is still here. */
+static void
+lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
+{
 	struct lock_hold *h = req->hold;
 
 	if (h != NULL) {

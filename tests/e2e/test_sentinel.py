@@ -3,6 +3,7 @@ follows it when the Sentinel fails over to the replica."""
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -101,6 +102,53 @@ class Sentinel(unittest.TestCase):
         wait_for(lambda: self.replica("EXISTS", "lockbroker:{b}") == 0, 2)
         c.close()
         w.close()
+
+
+class ReplicatedRenewals(unittest.TestCase):
+    """redis.wait_replicas: a renewal and an EXTEND count only once
+    replicated, as a grant does (issue 15): with the replica stopped, a
+    session holder is told EVENT LOST when its last replicated lease ends,
+    and an EXTEND answers ERR UNAVAILABLE."""
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbreplica-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
+        os.mkdir(mdir)
+        os.mkdir(rdir)
+        self.master = Redis(mdir)
+        self.addCleanup(self.master.kill)
+        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
+                                          str(self.master.port)])
+        self.addCleanup(self.replica.kill)
+        wait_for(lambda: "master_link_status:up" in
+                 self.replica("INFO", "replication"), 10)
+        self.broker = Broker(self.tmpdir, self.master.port,
+                             {"redis": {"wait_replicas": 1,
+                                        "command_timeout_ms": 300},
+                              "locks": {"lease_ms": 900}})
+        self.addCleanup(lambda: self.assertEqual(self.broker.stop(), 0))
+
+    def test_unreplicated_renewal_is_not_trusted(self):
+        c = self.broker.client()
+        self.addCleanup(c.close)
+        self.assertRegex(c.cmd("ACQUIRE s"), r"^OK ")
+        e = self.broker.client()
+        self.addCleanup(e.close)
+        self.assertRegex(e.cmd("ACQUIRE x TTL 5000"), r"^OK ")
+        os.kill(self.replica.proc.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            self.assertEqual(
+                e.cmd("EXTEND x 60000"), "ERR UNAVAILABLE the extension "
+                "did not reach redis.wait_replicas replicas in time")
+            # Renewals reach the master but not the replica: the lease
+            # the holder may trust ends within one lease of the stop.
+            c.sock.settimeout(5)
+            self.assertRegex(c.line(), r"^EVENT LOST s \d+ (expired|unavailable)$")
+            self.assertLess(time.monotonic() - start, 0.9 + 0.6)
+        finally:
+            os.kill(self.replica.proc.pid, signal.SIGCONT)
 
 
 if __name__ == "__main__":
