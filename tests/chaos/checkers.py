@@ -10,6 +10,7 @@ Holds under one token are one holder's (a token acquired again on another
 connection, docs/protocol.md §4, Same token again): no checker pairs them.
 """
 
+import bisect
 import collections
 
 CLOCK_DRIFT = 0.01        # locks.clock_drift, the brokers' default
@@ -693,6 +694,263 @@ def check_resources(readings):
     return {"violations": viol, "readings": readings}
 
 
+# (9) fairness: the hot name's exclusive waiters are served first come,
+# first served across both brokers (docs/protocol.md §4, Waiting: one
+# queue of tickets per name for every broker sharing the Redis).
+FAIR_NAME = "hot"          # workers.HOT: waited on through both brokers
+OVERTAKE_S = 0.050         # a request sent this much later asked later
+STARVE_FACTOR = 10         # a wait beyond 10 x the holds ahead is starved
+# A waiter's place is taken by its broker's first try (sent at once): a
+# fault of its broker, of that broker's Redis link or of Redis, or a stop
+# of its worker, can put it later in the queue, or out of it (a dead
+# broker's tickets die after 2 x retry_max_ms + command_timeout_ms, 2.9 s;
+# a broker back re-enters its waiters at the back). Waits meeting one, up
+# to RESUBSCRIBE_S after its heal (the reconnect), are not judged.
+_OWN_STOPS = ("pause_broker", "kill_broker")
+# The other broker stopped: a release may hand the name to its ticket
+# (nobody confirms it; the hand-over lease, command_timeout_ms, ends it),
+# and its tickets stay first until they die: the queue may stand still
+# that long after the stop (the bound docs/protocol.md §4 states). Not an
+# excuse for an overtake, only for a long wait.
+OTHER_STOP_S = 2 * 0.2 + 2.5 + 0.2 + 2.5
+
+
+def _fair_excuse(w, faults, other_stops=False):
+    """Why waiter w's place in the queue is not owed to it (a fault that
+    met its wait), or None. other_stops: a stop of the other broker too
+    (it may hold the queue still for OTHER_STOP_S after)."""
+    a, b = w["t_sent"], w["t_end"]
+    for f in faults:
+        k, heal = f["kind"], f.get("t_heal", float("inf")) + RESUBSCRIBE_S
+        if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
+            why = "its broker"
+        elif k in LINK_KINDS and ("proxies" not in f or
+                                  w["broker"] in f["proxies"]):
+            why = "its broker's Redis link" if "proxies" in f else "Redis"
+        elif k == "pause_worker" and f.get("target") == "w%d" % w["w"]:
+            why = "its worker"
+        elif other_stops and k in _OWN_STOPS:
+            why = "the other broker"
+            heal += OTHER_STOP_S - RESUBSCRIBE_S
+        else:
+            continue
+        if f["t_start"] <= b and heal >= a:
+            return "%s #%d (%s)" % (k, f["n"], why)
+    return None
+
+
+def _fair_grants(grants, name, faults, t_end):
+    """The grants of name, one per fence (a token acquired again keeps
+    its fence: the same grant), each with when its holder asked for it
+    (t_sent of its first record) and how long the name was its: from its
+    grant (no sooner than OVERTAKE_S before its OK was read, unless a fault of
+    its broker, link or worker may have delayed that OK: then from its
+    ACQUIRE) until it was
+    released (RELEASE answered), told lost, or, if neither is known, its
+    lease may have run on after the last of its holds ended (or the run
+    did)."""
+    by_fence = collections.defaultdict(list)
+    for g in grants:
+        if g["name"] == name:
+            by_fence[g["fence"]].append(g)
+    out = []
+    for fence, gs in by_fence.items():
+        first = min(gs, key=lambda g: (bool(g.get("regrant_of")),
+                                       g["t_granted"]))
+        ends = []
+        for g in gs:
+            rel = str(g.get("release_reply", ""))
+            if rel == "OK" or rel.startswith("ERR NOTHELD"):
+                ends.append(g["t_release_reply"])
+            elif g.get("lost_reason") in ("expired", "revoked", "stolen"):
+                ends.append(g["t_lost"])
+            else:
+                ends.append(hold_end(g, t_end) + g["ttl"] / 1000.0)
+        out.append({"fence": fence, "token": first["token"],
+                    "client": first["client"], "broker": first["broker"],
+                    "t_sent": first["t_sent"],
+                    "t_granted": first["t_granted"],
+                    "wait": first.get("wait"), "rec": first,
+                    "start": first["t_sent"] if _fair_excuse(
+                        dict(first, t_end=first["t_granted"]), faults)
+                    else max(first["t_sent"],
+                             first["t_granted"] - OVERTAKE_S),
+                    "end": max(ends)})
+    out.sort(key=lambda x: x["t_granted"])
+    return out
+
+
+def _fair_waiters(grants, acqs, name, t_end):
+    """The exclusive ACQUIREs of name that waited (WAIT > 0) on a
+    client's own connection, each with how it ended: granted (its fence),
+    TIMEOUT, an error or a broken connection (t_end: when its answer was
+    read, or the end of the run)."""
+    out = []
+    for r in grants + acqs:
+        if r["name"] != name or _mode(r) != "exclusive" or \
+                not r.get("wait") or r.get("regrant_of"):
+            continue
+        w = {"client": r["client"], "w": r["w"], "broker": r["broker"],
+             "t_sent": r["t_sent"], "wait": r["wait"],
+             "token": r.get("token")}
+        if r["type"] == "grant":
+            w.update(outcome="granted", fence=r["fence"],
+                     t_end=r["t_granted"])
+        else:
+            reply = str(r.get("reply", ""))
+            w.update(outcome="TIMEOUT" if reply == "TIMEOUT" else
+                     reply.split(" ")[0] if reply else "pending",
+                     reply=reply, t_end=r.get("t_reply", t_end))
+        out.append(w)
+    out.sort(key=lambda w: w["t_sent"])
+    return out
+
+
+def _fair_ahead(w, fs, starts, max_len):
+    """The grants to others that held the name during w's wait and came
+    before its own grant (lower fence), and how long each held it then
+    (clipped to the wait)."""
+    lo = bisect.bisect_left(starts, w["t_sent"] - max_len)
+    hi = bisect.bisect_right(starts, w["t_end"])
+    out = []
+    for g in fs[lo:hi]:
+        if g["token"] == w["token"] or g["end"] < w["t_sent"] or \
+                ("fence" in w and g["fence"] >= w["fence"]):
+            continue
+        out.append((g, max(0.0, min(g["end"], w["t_end"]) -
+                           max(g["start"], w["t_sent"]))))
+    return out
+
+
+def _fair_cutoff(w):
+    """The latest OK-read moment of a grant that surely came while w's
+    ticket was still queued (w not granted: its broker's deadline, or the
+    answer it read, less the slack)."""
+    if w["outcome"] == "TIMEOUT":
+        return w["t_sent"] + w["wait"] / 1000.0
+    return w["t_end"] - SLACK_S
+
+
+def _fair_overtakers(w, fs, t_granted, top, by_fence, fences):
+    """The grants to others asked for more than OVERTAKE_S after w and
+    made while w still waited: w granted, those with a lower fence (the
+    counter orders grants) above every fence whose OK was read before w
+    was sent; w not granted, those whose OK was read after w was sent and
+    before _fair_cutoff."""
+    if "fence" in w:
+        f0 = top[bisect.bisect_left(t_granted, w["t_sent"])]
+        cand = by_fence[bisect.bisect_right(fences, f0):
+                        bisect.bisect_left(fences, w["fence"])]
+    else:
+        cand = fs[bisect.bisect_right(t_granted, w["t_sent"]):
+                  bisect.bisect_right(t_granted, _fair_cutoff(w))]
+    return [g for g in cand if g["token"] != w["token"] and
+            g["t_sent"] > w["t_sent"] + OVERTAKE_S]
+
+
+def _ms(t):
+    """Seconds as whole milliseconds."""
+    return "%.0f ms" % (t * 1e3)
+
+
+def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
+    """(9) One first-come-first-served queue per name across brokers
+    (docs/protocol.md §4, Waiting), judged on the hot name's exclusive
+    waiters (WAIT > 0), whichever broker they wait on:
+    - overtaken: a grant to another token asked for more than OVERTAKE_S
+      after the waiter's ACQUIRE, made while it still waited (a lower
+      fence than its own grant; not granted, an OK read before its
+      deadline), is a violation, unless the wait met a fault of its
+      broker, its broker's Redis link or Redis, or a stop of its worker
+      (up to RESUBSCRIBE_S after the heal): then its place was not sure;
+    - starved: a wait longer than STARVE_FACTOR x the time the holders
+      ahead of it (grants to others during the wait, before its own)
+      held the name (each at least OVERTAKE_S: a hand-over), while the
+      name was granted to others meanwhile, is a violation, unless the
+      wait met one of those faults, or a stop of the other broker (up to
+      OTHER_STOP_S after: its tickets may hold the queue that long).
+    Figures: grants per broker and per client, waiters judged, overtakes
+    (and those excused), the longest unexcused wait against its bound."""
+    fs = _fair_grants(grants, name, faults, t_end)
+    starts = sorted(g["start"] for g in fs)
+    by_start = sorted(fs, key=lambda g: g["start"])
+    max_len = max([min(g["end"], t_end) - g["start"] for g in fs] + [0.0])
+    t_granted = [g["t_granted"] for g in fs]
+    top = [0]                    # top[i]: the highest fence of fs[:i]
+    for g in fs:
+        top.append(max(top[-1], g["fence"]))
+    by_fence = sorted(fs, key=lambda g: g["fence"])
+    fences = [g["fence"] for g in by_fence]
+    viol, excused_waits = [], collections.Counter()
+    overtakes, overtakes_excused, judged = 0, 0, collections.Counter()
+    outcomes = collections.defaultdict(collections.Counter)
+    longest, worst = None, None
+    waiters = _fair_waiters(grants, acqs, name, t_end)
+    for w in waiters:
+        outcomes["b%d" % w["broker"]][w["outcome"]] += 1
+        why = _fair_excuse(w, faults)
+        over = _fair_overtakers(w, fs, t_granted, top, by_fence, fences)
+        if why:
+            excused_waits[why.split(" ")[0]] += 1
+            overtakes_excused += len(over)
+            continue
+        judged["b%d" % w["broker"]] += 1
+        overtakes += len(over)
+        wait_s = w["t_end"] - w["t_sent"]
+        head = "%s: %s (b%d, WAIT %d, at %.3f) %s after %s" % (
+            name, w["client"], w["broker"], w["wait"], w["t_sent"],
+            "granted fence %d" % w["fence"] if "fence" in w
+            else w["outcome"], _ms(wait_s))
+        if over:
+            g = over[0]
+            viol.append("%s: overtaken by %d grant%s to later requests, "
+                        "first %s fence %d (b%d, WAIT %s) asked %s after "
+                        "it, OK read at +%s" % (
+                            head, len(over), "s" * (len(over) > 1),
+                            g["client"], g["fence"], g["broker"],
+                            g["wait"], _ms(g["t_sent"] - w["t_sent"]),
+                            _ms(g["t_granted"] - w["t_sent"])))
+        # Starvation: the wait against the holds ahead of it.
+        ahead = _fair_ahead(w, by_start, starts, max_len)
+        made = [g for g, _ in ahead if g["t_granted"] > w["t_sent"]]
+        held = sum(max(s, OVERTAKE_S) for _, s in ahead)
+        bound = STARVE_FACTOR * held
+        fig = {"waiter": head, "wait_ms": round(wait_s * 1e3),
+               "holders_ahead": len(ahead), "granted_meanwhile": len(made),
+               "held_ms": round(sum(s for _, s in ahead) * 1e3),
+               "bound_ms": round(bound * 1e3)}
+        if longest is None or wait_s > longest["wait_ms"] / 1e3:
+            longest = fig
+        if made and (worst is None or
+                     wait_s / bound > worst["wait_ms"] / worst["bound_ms"]):
+            worst = fig
+        if made and wait_s > bound and \
+                not _fair_excuse(w, faults, other_stops=True):
+            viol.append("%s: starved: %d holders ahead held the name %s "
+                        "(%d granted meanwhile), %d x that is %s" % (
+                            head, len(ahead), _ms(sum(s for _, s in ahead)),
+                            len(made), STARVE_FACTOR, _ms(bound)))
+    per_client = collections.Counter(
+        g["client"] for g in fs if not g["rec"].get("regrant_of"))
+    clients = sorted({r["client"] for r in grants + acqs
+                      if r.get("client") and not r.get("regrant_of")})
+    counts = [per_client.get(c, 0) for c in clients] or [0]
+    return {"violations": viol,
+            "grants_by_broker": {"b%d" % b: n for b, n in sorted(
+                collections.Counter(g["broker"] for g in fs).items())},
+            "grants_per_client": {"max": max(counts), "min": min(counts),
+                                  "clients": len(clients),
+                                  "with_none": [c for c in clients
+                                                if not per_client.get(c)]},
+            "waiters": len(waiters),
+            "waiters_by_broker": {b: dict(c) for b, c in
+                                  sorted(outcomes.items())},
+            "judged_by_broker": dict(sorted(judged.items())),
+            "excused_waits": dict(excused_waits),
+            "overtakes": overtakes, "overtakes_excused": overtakes_excused,
+            "longest_wait": longest, "worst_wait": worst}
+
+
 def run_all(records, writes, faults, t_end, command_timeout_s,
             readings=None):
     """Every checker; readings (fds, RSS) only at the very end."""
@@ -710,6 +968,7 @@ def run_all(records, writes, faults, t_end, command_timeout_s,
                                          command_timeout_s),
         "liveness": check_liveness(faults),
     }
+    res["fairness"] = check_fairness(grants, acqs, faults, t_end)
     if readings is not None:
         res["resources"] = check_resources(readings)
     return res

@@ -3,12 +3,13 @@ reads and the JSON a program reads."""
 
 import collections
 
-from checkers import SHOW, mode_label, mode_names
+from checkers import (FAIR_NAME, OVERTAKE_S, SHOW, STARVE_FACTOR,
+                      mode_label, mode_names)
 
 SHOW_EXPLAINED = 40        # the JSON has every one
 
 CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "belief",
-            "late_grants", "liveness", "resources")
+            "late_grants", "liveness", "resources", "fairness")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
@@ -154,6 +155,8 @@ def summary(res):
         if len(ex) > SHOW_EXPLAINED:
             out.append("  ... %d more in the JSON" % (len(ex) -
                                                       SHOW_EXPLAINED))
+    if "fairness" in checks:
+        out += fairness_lines(checks["fairness"])
     out.append("liveness checks passed: %d of %d" % (
         checks["liveness"]["passed"],
         checks["liveness"]["passed"] + len(checks["liveness"]["violations"])))
@@ -164,10 +167,49 @@ def summary(res):
     return "\n".join(out)
 
 
+def fairness_lines(c, name=FAIR_NAME):
+    """The fairness checker's figures (checkers.check_fairness)."""
+    pc, wb = c["grants_per_client"], c["waiters_by_broker"]
+    longest, worst = c["longest_wait"], c["worst_wait"]
+    judged = sum(c["judged_by_broker"].values())
+    lines = [
+        "fairness of %s: grants by broker %s; per client max %d, min %d "
+        "(%d clients, %d with none%s)" % (
+            name, ", ".join("%s %d" % kv for kv in
+                            c["grants_by_broker"].items()) or "none",
+            pc["max"], pc["min"], pc["clients"], len(pc["with_none"]),
+            ": " + " ".join(pc["with_none"]) if pc["with_none"] else ""),
+        "  exclusive waiters %d (%s); judged %d (%s), excused %d (a fault "
+        "met the wait: %s)" % (
+            c["waiters"], "; ".join(
+                "%s %s" % (b, ", ".join("%s %d" % kv for kv in
+                                        sorted(o.items())))
+                for b, o in wb.items()),
+            judged, ", ".join("%s %d" % kv for kv in
+                              c["judged_by_broker"].items()),
+            c["waiters"] - judged, c["excused_waits"] or "none"),
+        "  overtakes %d (a grant to a request sent > %.0f ms after a "
+        "waiter not yet granted), %d more excused" % (
+            c["overtakes"], OVERTAKE_S * 1e3, c["overtakes_excused"])]
+    for what, f in (("longest unexcused wait", longest),
+                    ("worst unexcused wait against its bound", worst)):
+        if f:
+            lines.append("  %s %d ms: %s; %d holders ahead (%d granted "
+                         "meanwhile) held it %d ms, %d x that (or %.0f ms "
+                         "each) is %d ms" % (
+                             what, f["wait_ms"], f["waiter"],
+                             f["holders_ahead"], f["granted_meanwhile"],
+                             f["held_ms"], STARVE_FACTOR, OVERTAKE_S * 1e3,
+                             f["bound_ms"]))
+    return lines
+
+
 def _checker_lines(name, c):
     """A checker's count, its notes, and its first violations."""
     notes = {k: (len(v) if isinstance(v, list) else v) for k, v in c.items()
              if k not in ("violations", "explained", "readings")}
+    if name == "fairness":
+        notes = {k: c[k] for k in ("overtakes", "overtakes_excused")}
     head = "  %-13s %d%s" % (name, len(c["violations"]),
                              "  (%s)" % notes if notes else "")
     lines = [head] + ["      " + v for v in c["violations"][:SHOW]]

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The fairness checker (checkers.check_fairness) on small made-up
+journals: first come first served passes, a later request granted first
+is an overtake, a fault of the waiter's broker excuses it, a long wait
+while others got the name for moments is starvation. Python 3 stdlib:
+python3 tests/chaos/test_fairness.py"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkers  # noqa: E402
+
+_tokens = iter(range(1, 1000000))
+
+
+def grant(client, broker, t_sent, t_granted, fence, hold, wait=3000):
+    """A hold of hot, released (OK) after hold seconds."""
+    w = int(client[1])
+    end = t_granted + hold
+    return {"type": "grant", "client": client, "w": w, "broker": broker,
+            "kind": "ttl", "name": "hot", "mode": "exclusive",
+            "wait": wait, "t_sent": t_sent, "t_granted": t_granted,
+            "fence": fence, "ttl": 2000, "token": "t%d" % next(_tokens),
+            "t_release_sent": end, "release_reply": "OK",
+            "t_release_reply": end + 0.001}
+
+
+def timeout(client, broker, t_sent, wait=3000):
+    """A waiting ACQUIRE of hot answered TIMEOUT."""
+    return {"type": "acq", "client": client, "w": int(client[1]),
+            "broker": broker, "kind": "ttl", "name": "hot",
+            "mode": "exclusive", "wait": wait, "t_sent": t_sent,
+            "t_reply": t_sent + wait / 1000.0 + 0.001, "reply": "TIMEOUT"}
+
+
+def judge(records, faults=()):
+    """check_fairness over records."""
+    return checkers.check_fairness(
+        [r for r in records if r["type"] == "grant"],
+        [r for r in records if r["type"] == "acq"], list(faults), 100.0)
+
+
+class Fairness(unittest.TestCase):
+    def test_first_come_first_served(self):
+        recs = [grant("w0c0", 0, 10.0, 10.001, 1, 0.5),
+                grant("w1c0", 1, 10.1, 10.502, 2, 0.5),
+                grant("w2c0", 0, 10.2, 11.003, 3, 0.5),
+                grant("w3c1", 1, 10.3, 11.504, 4, 0.5)]
+        r = judge(recs)
+        self.assertEqual(r["violations"], [])
+        self.assertEqual(r["overtakes"], 0)
+        self.assertEqual(r["grants_by_broker"], {"b0": 2, "b1": 2})
+        self.assertEqual(r["grants_per_client"]["min"], 1)
+        self.assertEqual(r["judged_by_broker"], {"b0": 2, "b1": 2})
+
+    def test_later_request_granted_first(self):
+        # w1c0 (b1) asked at 10.1, w2c0 (b0) at 10.3; w2c0 got fence 2.
+        recs = [grant("w0c0", 0, 10.0, 10.001, 1, 0.5),
+                grant("w2c0", 0, 10.3, 10.502, 2, 0.5),
+                grant("w1c0", 1, 10.1, 11.003, 3, 0.5)]
+        r = judge(recs)
+        self.assertEqual(r["overtakes"], 1)
+        self.assertEqual(len(r["violations"]), 1)
+        self.assertIn("w1c0 (b1", r["violations"][0])
+        self.assertIn("overtaken by 1 grant", r["violations"][0])
+
+    def test_within_the_margin(self):
+        # Asked 30 ms apart: either may be first.
+        recs = [grant("w0c0", 0, 10.0, 10.001, 1, 0.5),
+                grant("w2c0", 0, 10.13, 10.502, 2, 0.5),
+                grant("w1c0", 1, 10.1, 11.003, 3, 0.5)]
+        self.assertEqual(judge(recs)["violations"], [])
+
+    def test_timed_out_while_later_ones_got_it(self):
+        recs = [grant("w0c0", 0, 10.0, 10.001, 1, 0.2),
+                timeout("w1c0", 1, 10.1, wait=1000),
+                grant("w2c0", 0, 10.5, 10.6, 2, 0.2)]
+        r = judge(recs)
+        self.assertEqual(r["overtakes"], 1)
+        self.assertIn("TIMEOUT", r["violations"][0])
+        # Granted only after its deadline: no overtake.
+        recs[2] = grant("w2c0", 0, 10.5, 11.2, 2, 0.2)
+        self.assertEqual(judge(recs)["overtakes"], 0)
+
+    def test_fault_of_its_broker_excuses(self):
+        recs = [grant("w0c0", 0, 10.0, 10.001, 1, 0.5),
+                grant("w2c0", 0, 10.3, 10.502, 2, 0.5),
+                grant("w1c0", 1, 10.1, 11.003, 3, 0.5)]
+        for f in ({"n": 1, "kind": "pause_broker", "target": "b1",
+                   "t_start": 8.0, "t_heal": 9.5},
+                  {"n": 1, "kind": "proxy_delay", "target": "proxy-b1",
+                   "proxies": [1], "t_start": 10.05, "t_heal": 12.0},
+                  {"n": 1, "kind": "pause_redis", "target": "redis",
+                   "t_start": 10.2, "t_heal": 10.3},
+                  {"n": 1, "kind": "pause_worker", "target": "w1",
+                   "t_start": 10.0, "t_heal": 10.2}):
+            r = judge(recs, [f])
+            self.assertEqual(r["violations"], [], f)
+            self.assertEqual(r["overtakes_excused"], 1)
+        # The other broker's faults, or one long healed, do not.
+        for f in ({"n": 1, "kind": "pause_broker", "target": "b0",
+                   "t_start": 10.0, "t_heal": 10.2},
+                  {"n": 1, "kind": "proxy_cut", "target": "proxy-b0",
+                   "proxies": [0], "t_start": 10.0, "t_heal": 10.2},
+                  {"n": 1, "kind": "pause_broker", "target": "b1",
+                   "t_start": 7.0, "t_heal": 8.0},
+                  {"n": 1, "kind": "clock_jump", "target": "b1",
+                   "t_start": 10.0, "t_heal": 12.0}):
+            self.assertEqual(judge(recs, [f])["overtakes"], 1, f)
+
+    def test_starved(self):
+        # w1c0 waits 3 s from 10.0 while the name is free, then held 10
+        # and 20 ms by two waiters asked before it: a hold ahead counts
+        # from OVERTAKE_S before its OK was read, at least OVERTAKE_S.
+        recs = [grant("w9c0", 0, 8.0, 8.001, 1, 1.99),
+                grant("w0c0", 0, 9.0, 10.5, 2, 0.01),
+                grant("w2c0", 0, 9.1, 11.0, 3, 0.02),
+                timeout("w1c0", 1, 10.0)]
+        r = judge(recs)
+        self.assertEqual(r["overtakes"], 0)
+        self.assertEqual(len(r["violations"]), 1, r["violations"])
+        self.assertIn("w1c0 (b1", r["violations"][0])
+        self.assertIn("starved: 2 holders ahead", r["violations"][0])
+        self.assertEqual(r["worst_wait"]["holders_ahead"], 2)
+        self.assertEqual(r["worst_wait"]["bound_ms"], 1320)
+        # A stop of the other broker meanwhile may hold the queue still.
+        f = {"n": 1, "kind": "kill_broker", "target": "b0", "t_start": 8.0,
+             "t_heal": 8.5}
+        self.assertEqual(judge(recs, [f])["violations"], [])
+        # Holders that held the name most of the wait: no starvation.
+        recs[2] = grant("w2c0", 0, 9.1, 11.0, 3, 1.5)
+        self.assertEqual(judge(recs)["violations"], [])
+
+    def test_no_grant_meanwhile_is_no_starvation(self):
+        # The holder at its arrival kept the name the whole wait.
+        recs = [grant("w0c0", 0, 9.0, 9.001, 1, 0.0005),
+                timeout("w1c0", 1, 10.0)]
+        recs[0]["release_reply"] = "ERR UNAVAILABLE"
+        self.assertEqual(judge(recs)["violations"], [])
+
+    def test_same_grant_again_and_try_once(self):
+        # A token acquired again keeps its fence: one grant. A try-once
+        # granted ahead of a waiter jumps the queue.
+        g = grant("w0c0", 0, 10.0, 10.001, 1, 0.5)
+        again = dict(g, client="w0c0s", t_sent=10.2, t_granted=10.201,
+                     regrant_of="w0c0", wait=0)
+        recs = [g, again, grant("w1c0", 1, 10.1, 10.502, 2, 0.5)]
+        self.assertEqual(judge(recs)["violations"], [])
+        self.assertEqual(judge(recs)["grants_by_broker"], {"b0": 1, "b1": 1})
+        recs.append(grant("w2c0", 0, 10.3, 10.45, 2, 0.05, wait=0))
+        recs[2]["fence"] = 3
+        self.assertEqual(judge(recs)["overtakes"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
