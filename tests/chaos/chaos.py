@@ -48,6 +48,10 @@ class NotChaosBuild(Exception):
     """--fault-variant asked of a daemon built without chaos_faults."""
 
 
+class RecheckError(Exception):
+    """--recheck found no journals, or no fault log for them."""
+
+
 def parse_args(argv):
     """The command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -66,6 +70,15 @@ def parse_args(argv):
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory (journals, logs)")
     p.add_argument("--lockbrokerd", default=os.path.normpath(DEFAULT_BINARY))
+    p.add_argument("--recheck", metavar="DIR",
+                   help="run the checkers again over a kept run: DIR is "
+                        "the directory --keep kept (its w*.jsonl journals, "
+                        "and run.json: faults, writes, readings), or the "
+                        "journal file a run with violations wrote")
+    p.add_argument("--faults", metavar="FILE",
+                   help="with --recheck, for a directory kept without "
+                        "run.json: the --json the run wrote (its faults, "
+                        "times and readings)")
     a = p.parse_args(argv)
     if a.seed is None:
         a.seed = int(time.time() * 1000) % 1000000
@@ -76,13 +89,17 @@ def main(argv=None):
     """Run once or self-test; print the summary, write the JSON."""
     args = parse_args(argv)
     try:
-        if args.self_test:
+        if args.recheck:
+            res = recheck(args.recheck, args.faults)
+            print(report.summary(res))
+            code, doc = (0 if res["ok"] else 1), res
+        elif args.self_test:
             code, doc = self_test(args)
         else:
             res = run(args, args.fault_variant)
             print(report.summary(res))
             code, doc = (0 if res["ok"] else 1), res
-    except NotChaosBuild as e:
+    except (NotChaosBuild, RecheckError) as e:
         print("chaos: %s" % e, file=sys.stderr)
         return 2
     if args.json:
@@ -136,12 +153,100 @@ def run(args, variant, seed=None, stop_when_caught=False):
         res = _load_and_break(args, topo, seed, stop_when_caught, procs)
         res["readings"] = _end_readings(topo, base)
         res["exit_codes"] = topo.stop_brokers()
+        res.update(variant=variant, seed=seed, duration=args.duration,
+                   run_time_s=round(time.monotonic() - t0, 1))
+        if args.keep:
+            _keep_run(topo.tmpdir, res)
     finally:
         _kill_workers(procs)
         topo.close(keep=args.keep)
-    res.update(variant=variant, seed=seed, duration=args.duration,
-               run_time_s=round(time.monotonic() - t0, 1))
     return _judge(res)
+
+
+# What a kept directory's run.json holds besides the journals (w*.jsonl):
+# everything else the checkers and the report read.
+RUN_KEYS = ("writes", "faults", "t0", "t_end", "readings", "exit_codes",
+            "final_stats", "kill_stats", "workers_alive_at_end", "variant",
+            "seed", "duration", "run_time_s")
+
+
+def _keep_run(tmpdir, res):
+    """Write run.json into the kept directory, so that --recheck can
+    judge the run again (with checkers written since)."""
+    with open(os.path.join(tmpdir, "run.json"), "w") as f:
+        json.dump({k: res[k] for k in RUN_KEYS if k in res}, f,
+                  default=str)
+
+
+def recheck(path, faults_file=None):
+    """The checkers again over a kept run: its journals and its run.json
+    (or, for a directory kept before run.json, the run's --json given as
+    faults_file: faults and times, the readings and the INFO counters;
+    without the resource's write log, stale_writes is the run's own
+    verdict). path may also be the journal file of a run with violations
+    (records, writes, faults, t_end)."""
+    if os.path.isfile(path):
+        with open(path) as f:
+            run = json.load(f)
+        records = run.pop("records")
+    else:
+        names = sorted(n for n in os.listdir(path)
+                       if n.startswith("w") and n.endswith(".jsonl"))
+        if not names:
+            raise RecheckError("no journals (w*.jsonl) in %s" % path)
+        records = [r for n in names
+                   for r in workers.read_journal(os.path.join(path, n))]
+        meta = os.path.join(path, "run.json")
+        if os.path.exists(meta) and not faults_file:
+            faults_file = meta
+        if not faults_file:
+            raise RecheckError(
+                "%s has no run.json (kept before it was written): give the "
+                "run's --json as --faults FILE" % path)
+        with open(faults_file) as f:
+            run = json.load(f)
+    if "faults" not in run:
+        raise RecheckError("no fault log in %s" % (faults_file or path))
+    t_last = max([r.get(k) or 0 for r in records
+                  for k in ("t", "t_reply", "t_granted", "t_release_reply",
+                            "t_lost", "t_disconnect")] + [0])
+    res = {"records": records, "faults": run["faults"],
+           "t0": run.get("t0", min([f["t_start"] for f in run["faults"]] +
+                                   [t_last])),
+           "t_end": run.get("t_end", t_last),
+           "readings": run.get("readings"),
+           "final_stats": run.get("final_stats", {}),
+           "kill_stats": run.get("kill_stats", []),
+           "workers_alive_at_end": run.get("workers_alive_at_end", []),
+           "exit_codes": run.get("exit_codes"),
+           "variant": run.get("variant", "none"),
+           "seed": run.get("seed", 0), "duration": run.get("duration", 0),
+           "run_time_s": run.get("run_time_s", 0)}
+    old = run.get("checks", {})
+    if res["readings"] is None and "resources" in old:
+        res["readings"] = old["resources"].get("readings")
+    writes = run.get("writes")
+    res["writes"] = writes if writes is not None else []
+    res = _judge(res, keep_journal=False)
+    if writes is None and "stale_writes" in old:
+        # The resource's write log lives in memory: a run that did not
+        # keep it is judged by its own verdict.
+        res["checks"]["stale_writes"] = dict(
+            old["stale_writes"], not_rechecked="no write log: the run's "
+            "own verdict")
+        res["operations"]["writes_accepted"] = old["stale_writes"].get(
+            "accepted", 0)
+        res["operations"]["stale_writes_rejected"] = old[
+            "stale_writes"].get("rejected", 0)
+        res["violations"] = sum(len(c["violations"])
+                                for c in res["checks"].values())
+        res["ok"] = res["violations"] == 0
+    if "broker_stats" in run and not run.get("final_stats"):
+        res["broker_stats"] = run["broker_stats"]
+    res["rechecked"] = path
+    print("chaos: rechecking %s (%d records, %d faults)" % (
+        path, len(records), len(res["faults"])))
+    return res
 
 
 def _load_and_break(args, topo, seed, stop_when_caught, procs):
@@ -243,8 +348,9 @@ def _kill_workers(procs):
             p.join(5)
 
 
-def _judge(res):
-    """Run the checkers and count violations."""
+def _judge(res, keep_journal=True):
+    """Run the checkers and count violations (keep_journal: write the
+    journals to /tmp if there are any, for a post-mortem)."""
     res["checks"] = checkers.run_all(res["records"], res["writes"],
                                      res["faults"], res["t_end"],
                                      COMMAND_TIMEOUT_S, res.pop("readings"))
@@ -258,7 +364,7 @@ def _judge(res):
         res["checks"]["liveness"]["violations"].append(
             "workers did not stop: %s" % res["workers_alive_at_end"])
     res["ok"] = res["violations"] == 0
-    if not res["ok"] and res["variant"] == "none":
+    if not res["ok"] and res["variant"] == "none" and keep_journal:
         # What the clients saw, for a post-mortem of the violations (the
         # checkers are pure functions of it).
         fd, path = tempfile.mkstemp(prefix="lockbroker-chaos-journal-",
