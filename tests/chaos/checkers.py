@@ -707,18 +707,22 @@ STARVE_FACTOR = 10         # a wait beyond 10 x the holds ahead is starved
 # a broker back re-enters its waiters at the back). Waits meeting one, up
 # to RESUBSCRIBE_S after its heal (the reconnect), are not judged.
 _OWN_STOPS = ("pause_broker", "kill_broker")
-# The other broker stopped: a release may hand the name to its ticket
-# (nobody confirms it; the hand-over lease, command_timeout_ms, ends it),
-# and its tickets stay first until they die: the queue may stand still
-# that long after the stop (the bound docs/protocol.md §4 states). Not an
-# excuse for an overtake, only for a long wait.
-OTHER_STOP_S = 2 * 0.2 + 2.5 + 0.2 + 2.5
+# The other broker stopped, or its Redis link broken or slow: a release
+# may hand the name to its ticket, which its broker confirms late or never
+# (the hand-over lease, redis.command_timeout_ms, ends it), and a killed
+# broker's tickets stay first until they die (2 x locks.retry_max_ms +
+# command_timeout_ms after its last try, then one retry_max_ms): the one
+# queue may stand still that long (the bound docs/protocol.md §4 states).
+# Not an excuse for an overtake, only for a long wait.
+HANDOVER_LEASE_S = 2.5
+DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
 
 
-def _fair_excuse(w, faults, other_stops=False):
+def _fair_excuse(w, faults, stalls=False):
     """Why waiter w's place in the queue is not owed to it (a fault that
-    met its wait), or None. other_stops: a stop of the other broker too
-    (it may hold the queue still for OTHER_STOP_S after)."""
+    met its wait), or None. stalls: also a fault of the other broker or its
+    link (it may hold the queue still for HANDOVER_LEASE_S after the heal,
+    and DEAD_TICKETS_S after a kill)."""
     a, b = w["t_sent"], w["t_end"]
     for f in faults:
         k, heal = f["kind"], f.get("t_heal", float("inf")) + RESUBSCRIBE_S
@@ -729,9 +733,12 @@ def _fair_excuse(w, faults, other_stops=False):
             why = "its broker's Redis link" if "proxies" in f else "Redis"
         elif k == "pause_worker" and f.get("target") == "w%d" % w["w"]:
             why = "its worker"
-        elif other_stops and k in _OWN_STOPS:
-            why = "the other broker"
-            heal += OTHER_STOP_S - RESUBSCRIBE_S
+        elif stalls and (k in _OWN_STOPS or k in LINK_KINDS):
+            why = "the other broker" if k in _OWN_STOPS else \
+                "the other broker's Redis link"
+            heal += HANDOVER_LEASE_S
+            if k == "kill_broker":
+                heal = max(heal, f["t_start"] + DEAD_TICKETS_S)
         else:
             continue
         if f["t_start"] <= b and heal >= a:
@@ -867,8 +874,10 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
       ahead of it (grants to others during the wait, before its own)
       held the name (each at least OVERTAKE_S: a hand-over), while the
       name was granted to others meanwhile, is a violation, unless the
-      wait met one of those faults, or a stop of the other broker (up to
-      OTHER_STOP_S after: its tickets may hold the queue that long).
+      wait met one of those faults, or a stop of the other broker or a
+      fault of its link (a hand-over to its ticket, or its dead tickets,
+      may hold the queue: HANDOVER_LEASE_S + RESUBSCRIBE_S after the heal,
+      DEAD_TICKETS_S after a kill).
     Figures: grants per broker and per client, waiters judged, overtakes
     (and those excused), the longest unexcused wait against its bound."""
     fs = _fair_grants(grants, name, faults, t_end)
@@ -884,7 +893,7 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
     viol, excused_waits = [], collections.Counter()
     overtakes, overtakes_excused, judged = 0, 0, collections.Counter()
     outcomes = collections.defaultdict(collections.Counter)
-    longest, worst = None, None
+    longest, worst, leads, stalled = None, None, [], 0
     waiters = _fair_waiters(grants, acqs, name, t_end)
     for w in waiters:
         outcomes["b%d" % w["broker"]][w["outcome"]] += 1
@@ -896,6 +905,7 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
             continue
         judged["b%d" % w["broker"]] += 1
         overtakes += len(over)
+        leads += [round((g["t_sent"] - w["t_sent"]) * 1e3) for g in over]
         wait_s = w["t_end"] - w["t_sent"]
         head = "%s: %s (b%d, WAIT %d, at %.3f) %s after %s" % (
             name, w["client"], w["broker"], w["wait"], w["t_sent"],
@@ -919,13 +929,15 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
                "holders_ahead": len(ahead), "granted_meanwhile": len(made),
                "held_ms": round(sum(s for _, s in ahead) * 1e3),
                "bound_ms": round(bound * 1e3)}
+        if _fair_excuse(w, faults, stalls=True):
+            stalled += bool(made)
+            continue
         if longest is None or wait_s > longest["wait_ms"] / 1e3:
             longest = fig
         if made and (worst is None or
                      wait_s / bound > worst["wait_ms"] / worst["bound_ms"]):
             worst = fig
-        if made and wait_s > bound and \
-                not _fair_excuse(w, faults, other_stops=True):
+        if made and wait_s > bound:
             viol.append("%s: starved: %d holders ahead held the name %s "
                         "(%d granted meanwhile), %d x that is %s" % (
                             head, len(ahead), _ms(sum(s for _, s in ahead)),
@@ -948,6 +960,8 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
             "judged_by_broker": dict(sorted(judged.items())),
             "excused_waits": dict(excused_waits),
             "overtakes": overtakes, "overtakes_excused": overtakes_excused,
+            "overtake_lead_ms": [min(leads), max(leads)] if leads else None,
+            "starvation_excused": stalled,
             "longest_wait": longest, "worst_wait": worst}
 
 

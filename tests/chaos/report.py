@@ -189,14 +189,19 @@ def fairness_lines(c, name=FAIR_NAME):
                               c["judged_by_broker"].items()),
             c["waiters"] - judged, c["excused_waits"] or "none"),
         "  overtakes %d (a grant to a request sent > %.0f ms after a "
-        "waiter not yet granted), %d more excused" % (
-            c["overtakes"], OVERTAKE_S * 1e3, c["overtakes_excused"])]
+        "waiter not yet granted%s), %d more excused" % (
+            c["overtakes"], OVERTAKE_S * 1e3,
+            ": sent %d-%d ms after" % tuple(c["overtake_lead_ms"])
+            if c.get("overtake_lead_ms") else "", c["overtakes_excused"]),
+        "  starvation: judged where others were granted meanwhile, but "
+        "not %d waits that met a stop or link fault of the other broker"
+        % c.get("starvation_excused", 0)]
     for what, f in (("longest unexcused wait", longest),
                     ("worst unexcused wait against its bound", worst)):
         if f:
             lines.append("  %s %d ms: %s; %d holders ahead (%d granted "
-                         "meanwhile) held it %d ms, %d x that (or %.0f ms "
-                         "each) is %d ms" % (
+                         "meanwhile) held it %d ms in all, %d x that (at "
+                         "least %.0f ms each) is %d ms" % (
                              what, f["wait_ms"], f["waiter"],
                              f["holders_ahead"], f["granted_meanwhile"],
                              f["held_ms"], STARVE_FACTOR, OVERTAKE_S * 1e3,
