@@ -22,6 +22,8 @@ enum chaos_fault {
 				    and an ACQUIRE of the token keeps it */
 	CHAOS_NO_FOREIGN_NOTICE, /* a grant released or shortened through
 				    another broker tells its holders nothing */
+	CHAOS_NO_TICKETS,	 /* exclusive waiters take no ticket: each
+				    broker's queue is its own again */
 };
 
 #if LB_CHAOS_FAULTS

@@ -734,7 +734,8 @@ lockq_enqueue(struct lock_req *req)
 	if (req->mode == LOCK_FILL && req->wait_ms != 0)
 		req->watch = lockq_watch_of(ln);
 	/* An exclusive waiter's place is one queue for every broker. */
-	if (req->mode == LOCK_EXCLUSIVE && req->wait_ms != 0) {
+	if (req->mode == LOCK_EXCLUSIVE && req->wait_ms != 0 &&
+	    chaos_fault != CHAOS_NO_TICKETS) {
 		req->ticket = ++q.tickets;
 		STAT_INC(tickets_total);
 	}
