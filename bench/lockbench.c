@@ -181,7 +181,7 @@ struct figures {
 	double secs, ops_s;
 	double p50, p99, p999;
 	double wp50, wp99, wp999, pending;
-	double handoffs, handoffs_s, hp50, hp99;
+	double handoffs, handoffs_s, hp50, hp99, hmax;
 	double xhandoffs, xhp50, xhp99; /* handoffs across brokers */
 	double gmin, gmax, fairness;
 	double busy, rss, hwm, lag99;
@@ -992,6 +992,7 @@ bench_figures(struct bench *b, struct figures *f)
 	f->handoffs_s = compete ? (double)b->handoffs / f->secs : NAN;
 	f->hp50 = samples_pct(&b->hand, 0.5);
 	f->hp99 = samples_pct(&b->hand, 0.99);
+	f->hmax = samples_pct(&b->hand, 1.0);
 	if (compete && b->o.naddrs > 1) {
 		f->xhandoffs = (double)b->xhandoffs;
 		f->xhp50 = samples_pct(&b->xhand, 0.5);
@@ -1184,6 +1185,7 @@ report_json(const struct bench *b, const struct figures *f)
 	json_num("handoffs_per_s", f->handoffs_s, 1);
 	json_num("handoff_p50_ms", f->hp50, 3);
 	json_num("handoff_p99_ms", f->hp99, 3);
+	json_num("handoff_max_ms", f->hmax, 3);
 	json_num("cross_handoffs", f->xhandoffs, 0);
 	json_num("cross_handoff_p50_ms", f->xhp50, 3);
 	json_num("cross_handoff_p99_ms", f->xhp99, 3);
@@ -1200,6 +1202,7 @@ report_json(const struct bench *b, const struct figures *f)
 		: NAN,
 	    0);
 	json_num("timer_lag_p99_ms", f->lag99, 3);
+	json_num("timer_lag_max_ms", samples_pct(&b->lag, 1.0), 3);
 	report_json_params(b);
 	report_json_brokers(b);
 	printf("}\n");
