@@ -250,6 +250,8 @@ def figures(label, nbrokers, clients, lb, before, after, logs):
         "wait_p999_ms": lb["wait_p999_ms"],
         "handoff_p50_ms": lb["handoff_p50_ms"],
         "handoff_p99_ms": lb["handoff_p99_ms"],
+        "handoff_max_ms": lb.get("handoff_max_ms"),
+        "lag_max_ms": lb.get("timer_lag_max_ms"),
         "handoffs": lb["handoffs"],
         "cross_handoffs": lb["cross_handoffs"],
         "cross_share": per(lb["cross_handoffs"], lb["handoffs"]),
@@ -302,6 +304,9 @@ def summarise(runs, base_by_round):
     s["fairness"] = statistics.median(fair)
     s["fairness_worst"] = max(fair)
     s["clients_at_0"] = max(r["clients_at_0"] for r in runs)
+    for k in ("handoff_max_ms", "lag_max_ms"):
+        xs = [r[k] for r in runs if r[k] is not None]
+        s[k] = max(xs) if xs else None
     s["min_grants"] = min(r["min_grants"] for r in runs)
     s["grants_per_broker"] = [med(col) for col in
                               zip(*[r["grants_per_broker"] for r in runs])]
@@ -348,30 +353,30 @@ def cost_row(s, shape):
 def tables(sums, hsums):
     out = ["| build | brokers × clients | grants/s | × 1×32 | grants per "
            "broker | fairness max/min | wait p50 / p99 (ms) | "
-           "release→grant p50 / p99 (ms) | hand-overs across brokers | "
+           "release→grant p50 / p99 / max (ms) | hand-overs across brokers | "
            "across brokers p50 / p99 (ms) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for s in sums:
         out.append("| %s | %d × %d | %s | %s | %s | %s | %s / %s | %s / %s "
-                   "| %s | %s / %s |" % (
+                   "/ %s | %s | %s / %s |" % (
                        s["build"], s["brokers"], s["clients"],
                        f(s["grants_s"]), f(s["vs_1x32"]),
                        " ".join(f(g, 0) for g in s["grants_per_broker"]),
                        fair_cell(s), f(s["wait_p50_ms"]),
                        f(s["wait_p99_ms"]), f(s["handoff_p50_ms"]),
-                       f(s["handoff_p99_ms"]),
+                       f(s["handoff_p99_ms"]), f(s["handoff_max_ms"]),
                        "—" if s["cross_share"] is None else
                        "%.0f %%" % (100 * s["cross_share"]),
                        f(s["cross_p50_ms"]), f(s["cross_p99_ms"])))
     if hsums:
         out += ["", "| build | handoff, no hold | hand-overs/s | "
-                "release→grant p50 / p99 (ms) |", "|---|---|---|---|"]
+                "release→grant p50 / p99 / max (ms) |", "|---|---|---|---|"]
         for s in hsums:
-            out.append("| %s | %s | %s | %s / %s |" % (
+            out.append("| %s | %s | %s | %s / %s / %s |" % (
                 s["build"], "2 clients on 1 broker" if s["brokers"] == 1
                 else "2 clients on 2 brokers (every hand-over crosses)",
                 f(s["handoffs_s"]), f(s["handoff_p50_ms"]),
-                f(s["handoff_p99_ms"])))
+                f(s["handoff_p99_ms"]), f(s["handoff_max_ms"])))
     out += ["", "| build | run | Redis commands / grant "
             "(EVALSHA) | PUBLISH / release | brokers woken / release | "
             "hand-overs / release | handovers_in / handovers | broker CPU "
