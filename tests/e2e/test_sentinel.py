@@ -13,21 +13,27 @@ from lbtest import (REDIS_SERVER, Broker, Redis, Resp, free_port, main,
                     wait_for)
 
 
+def master_and_replica(test, prefix):
+    """test.tmpdir, test.master and test.replica (replicating), all
+    removed after the test."""
+    test.tmpdir = tempfile.mkdtemp(prefix=prefix)
+    test.addCleanup(shutil.rmtree, test.tmpdir, ignore_errors=True)
+    mdir, rdir = (os.path.join(test.tmpdir, d) for d in ("m", "r"))
+    os.mkdir(mdir)
+    os.mkdir(rdir)
+    test.master = Redis(mdir)
+    test.addCleanup(test.master.kill)
+    test.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
+                                      str(test.master.port)])
+    test.addCleanup(test.replica.kill)
+    wait_for(lambda: "master_link_status:up" in
+             test.replica("INFO", "replication"), 10)
+
+
 class Sentinel(unittest.TestCase):
 
     def setUp(self):
-        self.tmpdir = tempfile.mkdtemp(prefix="lbsentinel-")
-        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
-        os.mkdir(mdir)
-        os.mkdir(rdir)
-        self.master = Redis(mdir)
-        self.addCleanup(self.master.kill)
-        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
-                                          str(self.master.port)])
-        self.addCleanup(self.replica.kill)
-        wait_for(lambda: "master_link_status:up" in
-                 self.replica("INFO", "replication"), 10)
+        master_and_replica(self, "lbsentinel-")
         self.sport = free_port()
         conf = os.path.join(self.tmpdir, "sentinel.conf")
         with open(conf, "w") as f:
@@ -111,18 +117,7 @@ class ReplicatedRenewals(unittest.TestCase):
     and an EXTEND answers ERR UNAVAILABLE."""
 
     def setUp(self):
-        self.tmpdir = tempfile.mkdtemp(prefix="lbreplica-")
-        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
-        os.mkdir(mdir)
-        os.mkdir(rdir)
-        self.master = Redis(mdir)
-        self.addCleanup(self.master.kill)
-        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
-                                          str(self.master.port)])
-        self.addCleanup(self.replica.kill)
-        wait_for(lambda: "master_link_status:up" in
-                 self.replica("INFO", "replication"), 10)
+        master_and_replica(self, "lbreplica-")
         self.broker = Broker(self.tmpdir, self.master.port,
                              {"redis": {"wait_replicas": 1,
                                         "command_timeout_ms": 300},
