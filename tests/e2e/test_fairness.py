@@ -77,10 +77,14 @@ class Fairness(BrokerTest):
         self.assertLessEqual(max(counts), 1.2 * min(counts) + 1, counts)
 
     def test_release_wakes_only_the_next_broker(self):
-        """A release hands the name to the next ticket's broker alone: the
-        other brokers' waiters ask Redis nothing meanwhile."""
+        """A release hands the name to the next ticket's broker alone: one
+        message, on that broker's channel; nothing on the release channel
+        every broker hears."""
         other = self.start_broker(self.conf, name="other")
         third = self.start_broker(self.conf, name="third")
+        psub = self.redis.connect()
+        self.addCleanup(psub.close)
+        self.assertEqual(psub("PSUBSCRIBE", "lockbroker:*")[0], "psubscribe")
         h = self.client()
         self.assertRegex(h.cmd("ACQUIRE w"), r"^OK ")
         b, c = self.client(other), self.client(third)
@@ -90,13 +94,20 @@ class Fairness(BrokerTest):
         wait_for(lambda: self.queued("w") == 2)
         self.assertEqual(h.cmd("RELEASE w"), "OK")
         self.assertRegex(b.line(), r"^OK ")
-        self.assertEqual(int(other.info()["handovers_in_total"]), 1)
-        self.assertEqual(int(third.info()["handovers_in_total"]), 0)
+        to_b = psub._read()
+        self.assertEqual(to_b[:2], ["pmessage", "lockbroker:*"])
+        self.assertTrue(to_b[2].startswith("lockbroker:to:"), to_b)
         self.assertEqual(self.queued("w"), 1)
         self.assertEqual(b.cmd("RELEASE w"), "OK")
         self.assertRegex(c.line(), r"^OK ")
-        self.assertEqual(int(third.info()["handovers_in_total"]), 1)
+        to_c = psub._read()
+        self.assertTrue(to_c[2].startswith("lockbroker:to:"), to_c)
+        self.assertNotEqual(to_c[2], to_b[2])
         self.assertEqual(self.queued("w"), 0)
+        # Nothing else was said, to anyone.
+        psub.sock.settimeout(0.3 * LATE)
+        with self.assertRaises(OSError):
+            psub._read()
 
     def test_try_once_never_jumps_the_queue(self):
         """A free name whose queue has a live ticket goes to that ticket:

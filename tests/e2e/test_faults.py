@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 
-from lbtest import BrokerTest, Redis, main, wait_for
+from lbtest import LATE, BrokerTest, Redis, main, wait_for
 
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
@@ -80,7 +80,7 @@ class Faults(BrokerTest):
         for t in threads:
             t.join(30)
         self.assertEqual(errors, [])
-        self.assertLess(back, 1.0 + 0.2)  # reconnect_max_ms
+        self.assertLess(back, (1.0 + 0.2) * LATE)  # reconnect_max_ms
         kinds = {}
         for took, reply in results:
             if reply.startswith("FENCE"):
