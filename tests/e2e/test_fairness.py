@@ -38,8 +38,9 @@ class Fairness(BrokerTest):
 
         def run(i, c):
             while time.monotonic() < stop:
-                sent = time.monotonic()
-                reply = c.cmd("ACQUIRE hot")
+                c.send("ACQUIRE hot")
+                sent = time.monotonic()  # once it is on its way
+                reply = c.line()
                 fence = int(reply.split()[1])
                 with lock:
                     grants.append((sent, fence, i))
@@ -57,11 +58,11 @@ class Fairness(BrokerTest):
         self.assertGreater(min(counts), 0, counts)
         self.assertGreater(len(grants), 5 * 32, "too few grants to judge")
         # First come, first served: a request sent a clear margin (the
-        # way from client to Redis, on a loaded machine) after another is
-        # granted after it. The first round (everyone connecting at once)
-        # is left out.
-        margin = 0.02 * SLOW
-        by_sent = sorted(g for g in grants if g[1] > min(fences) + 32)
+        # way from client to Redis on a loaded machine; a round of 32
+        # grants takes about as long) after another is granted after it.
+        # The first two rounds (everyone connecting at once) are left out.
+        margin = 0.05 * SLOW
+        by_sent = sorted(g for g in grants if g[1] > min(fences) + 64)
         later_min, out = float("inf"), []
         j = len(by_sent)
         for k in range(len(by_sent) - 1, -1, -1):
