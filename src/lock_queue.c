@@ -78,7 +78,8 @@ lockq_dequeue(struct lock_req *req)
 	 * and a hand-over it was to confirm is given back. */
 	if (req->took && !req->granted)
 		lockdb_cancel(req->ln->name, req->ticket);
-	if (req->handed != 0 && !req->granted)
+	if (req->handed != 0 && !req->granted &&
+	    !lockq_token_used(req->ln, req->token, req))
 		lockrel_release(
 		    req->ln->name, req->token, req->handed, false, 0);
 	req->handed = 0;
@@ -634,22 +635,20 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 {
 	struct lock_name *ln = lockname_find(name);
 	struct lock_req *req = NULL;
-	struct lock_hold *h;
 
 	if (ln != NULL)
 		TAILQ_FOREACH (req, &ln->waiters, queue_entry)
 			if (req->ticket == ticket)
 				break;
 	if (req == NULL || strcmp(req->token, token) != 0) {
-		/* Its waiter left; or, told by another broker (the message
-		 * may come after the answer), a try of its own found the
-		 * grant its token's and it holds it: then it is its. */
-		if (ln != NULL)
-			LIST_FOREACH (h, &ln->holds, name_entry)
-				if (h->fence == fence &&
-				    strcmp(h->token, token) == 0)
-					return;
-		lockrel_release(name, token, fence, false, 0);
+		/* Its waiter left: released, unless its token is still in
+		 * use here (a try of its own found the grant its token's and
+		 * holds it, the message coming after the answer; or the
+		 * client asks again with that TOKEN, and that ACQUIRE, in
+		 * Redis before this release, is answered with this grant).
+		 * Then its lease, or its holder, ends it. */
+		if (ln == NULL || !lockq_token_used(ln, token, NULL))
+			lockrel_release(name, token, fence, false, 0);
 		return;
 	}
 	STAT_INC(handovers_in_total);

@@ -183,6 +183,40 @@ class Fairness(BrokerTest):
         # Not left to the hand-over's 500 ms lease: released at once.
         self.assertLess(time.monotonic() - start, 0.4 * LATE)
 
+    def test_handed_to_a_gone_waiter_whose_token_asks_again(self):
+        """A hand-over to a waiter that left is released by its broker,
+        unless its token asks again there meanwhile (a client retrying
+        with its own TOKEN): that ACQUIRE runs first in Redis and finds
+        the grant its token's, and the release must not delete it from
+        under the OK (found by a review: both held the name). The broker
+        is stopped so that the three reach it in that order."""
+        other = self.start_broker(self.conf, name="other")
+        third = self.start_broker(self.conf, name="third")
+        h, a = self.client(), self.client(other)
+        d, c = self.client(other), self.client(third)
+        self.assertRegex(h.cmd("ACQUIRE r"), r"^OK ")
+        a.send("ACQUIRE r TOKEN mine WAIT 5000")
+        wait_for(lambda: self.queued("r") == 1)
+        c.send("ACQUIRE r WAIT 3000")
+        wait_for(lambda: self.queued("r") == 2)
+        other.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(0.02)
+            a.close()
+            time.sleep(0.02)
+            d.send("ACQUIRE r TOKEN mine TTL 5000 WAIT 3000")
+            time.sleep(0.02)
+            self.assertEqual(h.cmd("RELEASE r"), "OK")
+            time.sleep(0.02)
+        finally:
+            other.proc.send_signal(signal.SIGCONT)
+        self.assertRegex(d.line(), r"^OK \d+ 5000 mine$")
+        time.sleep(0.1 * LATE)
+        self.assertTrue(self.redis("GET", "lockbroker:{r}").startswith(
+            "mine "))
+        self.assertEqual(d.cmd("RELEASE r"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+
     def test_killed_broker_stalls_the_queue_a_bounded_time(self):
         """A broker killed with SIGKILL while its clients queue first: the
         others are granted within 2 x retry_max_ms + command_timeout_ms of
