@@ -195,13 +195,15 @@ def machine():
         ver, time.strftime("%Y-%m-%d"))
 
 
-def write_doc(text):
+def write_doc(text, begin=BEGIN, end=END, who="compare"):
+    """Put text into docs/performance.md between the markers begin and
+    end (bench/fairness.py writes its own section with it too)."""
     with open(DOC) as f:
         doc = f.read()
-    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pat.search(doc):
-        sys.exit("compare: %s has no %s … %s markers" % (DOC, BEGIN, END))
-    doc = pat.sub(lambda m: BEGIN + "\n" + text + "\n" + END, doc)
+        sys.exit("%s: %s has no %s … %s markers" % (who, DOC, begin, end))
+    doc = pat.sub(lambda m: begin + "\n" + text + "\n" + end, doc)
     with open(DOC, "w") as f:
         f.write(doc)
 

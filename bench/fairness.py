@@ -48,9 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 sys.path.insert(0, HERE)
-from compare import machine, raise_nofile  # bench/compare.py
+from compare import machine, raise_nofile, write_doc  # bench/compare.py
 
-DOC = os.path.join(ROOT, "docs", "performance.md")
 BEGIN, END = "<!-- fairness:begin -->", "<!-- fairness:end -->"
 PREFIX = "lockbroker:"
 SHAPES = [(1, 32), (2, 16), (4, 8)]
@@ -452,17 +451,6 @@ def oddities(runs):
     return "Not clean: " + "; ".join(bad) + "."
 
 
-def write_doc(text):
-    with open(DOC) as fh:
-        doc = fh.read()
-    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pat.search(doc):
-        sys.exit("fairness: %s has no %s … %s markers" % (DOC, BEGIN, END))
-    doc = pat.sub(lambda m: BEGIN + "\n" + text + "\n" + END, doc)
-    with open(DOC, "w") as fh:
-        fh.write(doc)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-d", "--duration", type=float, default=10)
@@ -562,7 +550,7 @@ def main():
         with open(args.json, "w") as fh:
             json.dump({"runs": runs, "summary": sums}, fh, indent=1)
     if args.write:
-        write_doc(text)
+        write_doc(text, BEGIN, END, "fairness")
     return 0
 
 
