@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,9 @@ struct redisc_req {
 struct redisc_conn {
 	const char *what; /* "command", "subscriber" */
 	redisAsyncContext *ac;
-	bool up;	   /* connect callback said OK */
+	bool connected;	   /* connect callback said OK */
+	int setup_left;	   /* AUTH and SELECT answers still to come */
+	bool up;	   /* connected, and AUTH and SELECT said OK */
 	unsigned attempts; /* failed connects in a row */
 	struct event *reconnect_ev;
 	struct event *connect_timeout_ev;
@@ -374,7 +377,14 @@ redisc_script_loaded_cb(redisAsyncContext *ac, void *r, void *privdata)
 	log_debug("redis: script %s loaded as %s", script->name, script->sha);
 }
 
-/* AUTH and SELECT answers: a wrong password is logged, and we retry later. */
+static void redisc_conn_ready(struct redisc_conn *conn);
+
+/*
+ * AUTH and SELECT answers. The connection is used only once all of them
+ * said OK: until then a request would reach Redis unauthenticated (and a
+ * long one is a protocol error that closes the connection). A wrong
+ * password is logged, and we retry later.
+ */
 static void
 redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -382,10 +392,29 @@ redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 	redisReply *reply = r;
 	const char *what = privdata;
 
-	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+	if (reply == NULL)
 		return;
-	log_warnx("redis %s: %s failed: %s", conn->what, what, reply->str);
-	redisAsyncDisconnect(ac);
+	if (reply->type == REDIS_REPLY_ERROR) {
+		log_warnx("redis %s: %s failed: %s", conn->what, what,
+		    reply->str);
+		redisAsyncDisconnect(ac);
+	} else if (--conn->setup_left == 0 && conn->connected)
+		redisc_conn_ready(conn);
+}
+
+/* A setup command whose answer the connection waits for. */
+static void
+redisc_setup_command(redisAsyncContext *ac, const char *what,
+    const char *fmt, ...)
+{
+	struct redisc_conn *conn = ac->data;
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (redisvAsyncCommand(ac, redisc_setup_cb, (void *)what, fmt, ap) ==
+	    REDIS_OK)
+		conn->setup_left++;
+	va_end(ap);
 }
 
 /* AUTH is queued before anything else, so it reaches Redis first. */
@@ -401,10 +430,10 @@ redisc_queue_auth(redisAsyncContext *ac)
 	} else if (cf->password[0] != '\0')
 		pass = xstrdup(cf->password);
 	if (pass != NULL && cf->username[0] != '\0')
-		redisAsyncCommand(ac, redisc_setup_cb, "AUTH", "AUTH %s %s",
-		    cf->username, pass);
+		redisc_setup_command(
+		    ac, "AUTH", "AUTH %s %s", cf->username, pass);
 	else if (pass != NULL)
-		redisAsyncCommand(ac, redisc_setup_cb, "AUTH", "AUTH %s", pass);
+		redisc_setup_command(ac, "AUTH", "AUTH %s", pass);
 	freezero_str(pass);
 }
 
@@ -413,8 +442,7 @@ redisc_cmd_setup(redisAsyncContext *ac)
 {
 	redisc_queue_auth(ac);
 	if (rc.cf->db != 0)
-		redisAsyncCommand(
-		    ac, redisc_setup_cb, "SELECT", "SELECT %d", rc.cf->db);
+		redisc_setup_command(ac, "SELECT", "SELECT %d", rc.cf->db);
 	for (int i = 0; i < rc.nscripts; i++)
 		redisAsyncCommand(ac, redisc_script_loaded_cb, rc.scripts[i],
 		    "SCRIPT LOAD %s", rc.scripts[i]->body);
@@ -527,8 +555,8 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	struct redisc_conn *conn = ac->data;
 	char where[300];
 
-	evtimer_del(conn->connect_timeout_ev);
 	if (status != REDIS_OK) {
+		evtimer_del(conn->connect_timeout_ev);
 		/* hiredis frees the context itself after this returns. */
 		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
 		    redisc_where(conn, where, sizeof where), ac->errstr);
@@ -536,18 +564,28 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 		redisc_schedule_reconnect(conn);
 		return;
 	}
-	redisc_set_up(conn, true);
-	conn->attempts = 0;
+	conn->connected = true;
 	/* TCP only: on a Unix socket it fails and marks the context bad. */
 	if (conn == &rc.sent || rc.cf->unix_path[0] == '\0')
 		redisEnableKeepAlive((redisContext *)&ac->c);
-	if (conn == &rc.cmd)
-		rc.cmd_last_reply_ms = mono_ms();
-	if (conn == &rc.cmd)
-		STAT_INC(redis_connects_total);
 	log_info("redis %s: connected to %s", conn->what,
 	    redisc_where(conn, where, sizeof where));
-	if (conn == &rc.cmd && rc.up_cb != NULL)
+	if (conn->setup_left == 0)
+		redisc_conn_ready(conn);
+}
+
+/* Connected, authenticated and on its database: in use from now on. */
+static void
+redisc_conn_ready(struct redisc_conn *conn)
+{
+	evtimer_del(conn->connect_timeout_ev);
+	redisc_set_up(conn, true);
+	conn->attempts = 0;
+	if (conn != &rc.cmd)
+		return;
+	rc.cmd_last_reply_ms = mono_ms();
+	STAT_INC(redis_connects_total);
+	if (rc.up_cb != NULL)
 		rc.up_cb(rc.up_arg);
 }
 
@@ -557,6 +595,7 @@ redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 	struct redisc_conn *conn = ac->data;
 
 	conn->ac = NULL;
+	conn->connected = false;
 	redisc_set_up(conn, false);
 	if (rc.stopping)
 		return;
@@ -574,6 +613,13 @@ redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (ac == NULL || conn->up)
 		return;
+	if (conn->connected) {
+		log_warnx("redis %s: AUTH or SELECT not answered within %d ms",
+		    conn->what, rc.cf->connect_timeout_ms);
+		conn->ac = NULL;
+		redisAsyncFree(ac); /* its disconnect callback reconnects */
+		return;
+	}
 	log_warnx("redis %s: connect timed out after %d ms", conn->what,
 	    rc.cf->connect_timeout_ms);
 	conn->ac = NULL;
@@ -608,6 +654,8 @@ redisc_conn_open(struct redisc_conn *conn)
 		return;
 	}
 	conn->ac->data = conn;
+	conn->connected = false;
+	conn->setup_left = 0;
 	redisLibeventAttach(conn->ac, rc.base);
 	redisAsyncSetConnectCallback(conn->ac, redisc_connect_cb);
 	redisAsyncSetDisconnectCallback(conn->ac, redisc_disconnect_cb);
@@ -676,7 +724,7 @@ redisc_moved(void)
 		if (conn == &rc.sub && rc.msg_cb == NULL)
 			continue;
 		conn->attempts = 0;
-		if (conn->ac != NULL && conn->up)
+		if (conn->ac != NULL && conn->connected)
 			redisAsyncDisconnect(conn->ac); /* reconnects after */
 		else if (conn->ac == NULL &&
 		    !evtimer_pending(conn->reconnect_ev, NULL))
@@ -802,6 +850,7 @@ redisc_conn_close(struct redisc_conn *conn)
 	redisAsyncContext *ac = conn->ac;
 
 	conn->ac = NULL;
+	conn->connected = false;
 	redisc_set_up(conn, false);
 	if (ac != NULL)
 		redisAsyncFree(ac);

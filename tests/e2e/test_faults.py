@@ -215,8 +215,33 @@ class Auth(BrokerTest):
         c = self.client(b)
         wait_for(lambda: b.logtext().count("AUTH failed") >= 2, 5)
         self.assertIn("WRONGPASS", b.logtext())
-        self.assertRegex(c.cmd("ACQUIRE w WAIT 0"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(c.cmd("ACQUIRE w WAIT 0"), r"^ERR UNAVAILABLE ",
+                         b.logtext())
         self.assertEqual(c.cmd("PING"), "PONG")
+
+    def test_no_request_before_auth_answers(self):
+        # Redis is stopped: the connection is accepted (the kernel does it)
+        # but AUTH is not answered. A request must not go out meanwhile: it
+        # would reach Redis unauthenticated, where a long one is a protocol
+        # error ("unauthenticated multibulk length") and not UNAVAILABLE.
+        from lbtest import Broker
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            b = Broker(self.tmpdir, self.redis.port,
+                       {"redis": {"password": "wrong"}}, wait_redis=False)
+            self.brokers.append(b)
+            self.addCleanup(self._kill, b)
+            c = self.client(b)
+            wait_for(lambda: "redis command: connected" in b.logtext(), 5)
+            c.send("ACQUIRE w WAIT 0\n")
+            time.sleep(0.05 * LATE)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        # Refused at once; had it gone out, Redis would answer it now.
+        self.assertRegex(c.line(), r"^ERR UNAVAILABLE ")
+        wait_for(lambda: "AUTH failed" in b.logtext(), 5)
+        self.assertRegex(c.cmd("ACQUIRE w WAIT 0"), r"^ERR UNAVAILABLE ")
+        self.assertNotIn("unauthenticated", b.logtext())
 
 
 if __name__ == "__main__":
