@@ -637,7 +637,8 @@ lock_init(struct event_base *base, const struct config *config)
 	lockrel_init(base, cf, lock_released);
 	lockhold_init(base, cf, lockq_kick);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
-	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf));
+	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf),
+	    config_grace_ms(cf));
 	lockdb_allow_eviction(cf->redis.allow_eviction);
 	lockq_init(base, cf);
 }
@@ -654,5 +655,6 @@ void
 lock_shutdown(void)
 {
 	lockrel_shutdown();
+	lockhold_shutdown();
 	lockreq_shutdown();
 }

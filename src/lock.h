@@ -98,6 +98,9 @@ struct lock_hold {
 	struct lock_req *renewing; /* the renewal in flight, or NULL */
 	struct lock_req *checking; /* a check after missed messages */
 	bool releasing;		   /* its RELEASE is in Redis */
+	bool stale;		   /* of an incarnation Redis no longer has:
+				      to be put back (lock_hold.c) */
+	uint64_t since_ms;	   /* wall clock, its WHO entry's */
 	char token[PROTO_TOKEN_MAX + 1];
 };
 

@@ -4,6 +4,16 @@
  * renewed every lease/3, max_hold_ms, and EVENT LOST the moment a hold can
  * no longer be trusted. A lost hold lets the name's queue try, through the
  * callback given to lockhold_init.
+ *
+ * Trust in Redis itself (docs/protocol.md §8, When Redis forgets): every
+ * redis.trust_ms / 4 the broker asks which incarnation of the lock data
+ * Redis serves. An answer naming the one known vouches for every hold
+ * until trust_ms after it was asked; with none for trust_ms every hold is
+ * lost (a failover or a FLUSHALL may have come meanwhile, and the grace
+ * period after it ends trust_ms after it is noticed). An answer naming a
+ * new incarnation makes every hold stale: each is asked for again and put
+ * back if Redis forgot it (check.lua, in the grace period); those not
+ * back when the old incarnation's last answer stops vouching are lost.
  */
 #include <sys/queue.h>
 
@@ -11,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 
@@ -29,6 +40,11 @@ static struct {
 	const struct config *cf;
 	lockhold_kick_fn *kick;
 	uint64_t lease_seq; /* requests that may set a lease, numbered */
+	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
+	struct event *trust_ev; /* trust_ms after the last vouching answer */
+	struct event *stale_ev; /* stale holds not back by then are lost */
+	uint64_t vouched_ms;	/* when the last vouching answer was asked */
+	uint64_t changed_ms;	/* when a new incarnation was last learned */
 } hold;
 
 static const char *const lockhold_lost_reasons[] = { "expired", "stolen",
@@ -223,6 +239,7 @@ lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
 	lockhold_lost(arg, LOST_MAXHOLD);
 }
 
+static void lockhold_check_hold(struct lock_hold *h);
 static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
 static void lockhold_renewed(
     struct lock_req *req, const struct lockdb_reply *r);
@@ -293,10 +310,11 @@ lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
 		} else if (r->status == LDB_OK) {
 			STAT_INC(renewals_total);
 			lockhold_lease(req, h->fence);
-		} else if (r->status == LDB_NO) {
+		} else if (r->status == LDB_NO && !h->stale) {
 			lockhold_lost(h, LOST_STOLEN);
 		} else {
-			/* Try again at the next tick; expiry decides. */
+			/* Try again at the next tick; expiry decides (a stale
+			 * hold's check decides whether it is put back). */
 			STAT_INC(renewal_failures_total);
 		}
 	}
@@ -343,6 +361,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		lockname_pin(h->ln);
 		h->granted_ms = req->start_ms;
 		h->granted_us = mono_us();
+		h->since_ms = wall_ms();
 		h->expire_ev = lockhold_event(h, lockhold_expire_cb, false);
 		TAILQ_INSERT_TAIL(&o->holds, h, owner_entry);
 		LIST_INSERT_HEAD(&h->ln->holds, h, name_entry);
@@ -370,6 +389,13 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
 		event_free(h->renew_ev);
 		h->renew_ev = NULL;
+	}
+	/* Granted by the incarnation before the one learned since. */
+	if (req->start_ms < hold.changed_ms && !h->stale) {
+		h->stale = true;
+		lockhold_check_hold(h);
+		if (!evtimer_pending(hold.stale_ev, NULL))
+			lockreq_timer(hold.stale_ev, 0);
 	}
 	return h;
 }
@@ -437,21 +463,38 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	}
 	if (h != NULL) {
 		h->checking = NULL;
-		if (r->status == LDB_NO)
+		if (r->status == LDB_OK && req->start_ms >= hold.changed_ms)
+			h->stale = false; /* held (or put back) in this one */
+		else if (r->status == LDB_OK && h->stale)
+			lockhold_check_hold(h); /* asked of the one before */
+		else if (r->status == LDB_NO)
 			lockhold_lost(h,
-			    h->fence <= r->fence ? LOST_REVOKED : LOST_STOLEN);
+			    h->fence <= r->fence ? LOST_REVOKED
+			    : h->stale	       ? LOST_UNAVAILABLE
+					       : LOST_STOLEN);
 	}
 	lockreq_free(req);
 }
 
+/* A stale exclusive hold asks to be put back as it was granted, for what
+ * is left of its validity. */
 static void
 lockhold_check_send(struct lock_req *req)
 {
 	struct lock_hold *h = req->hold;
+	uint64_t now = mono_ms();
+	char info[LOCKREQ_INFO];
+	bool restore = h->stale && h->valid_until_ms > now &&
+	    (h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL);
 
 	lockreq_send(req);
 	req->again = false;
-	lockdb_check(h->ln->name, h->token, h->fence, lockhold_check_cb, req);
+	req->start_ms = now;
+	if (restore)
+		lockreq_hold_info(h, info, sizeof info);
+	lockdb_check(h->ln->name, h->token, h->fence,
+	    restore ? h->valid_until_ms - now : 0, restore ? info : NULL,
+	    lockhold_check_cb, req);
 }
 
 /*
@@ -460,22 +503,28 @@ lockhold_check_send(struct lock_req *req)
  * another broker, that nothing else would tell of before its lease ends
  * (a fixed or kept lock is never renewed).
  */
+static void
+lockhold_check_hold(struct lock_hold *h)
+{
+	struct lock_req *req;
+
+	if ((req = h->checking) != NULL) {
+		req->again = req->in_flight; /* else it asks anew */
+		return;
+	}
+	req = lockreq_new(OP_CHECK, NULL, h->ln->name, h->token);
+	req->hold = h;
+	h->checking = req;
+	lockhold_check_send(req);
+}
+
 void
 lockhold_recheck(struct lock_name *ln)
 {
 	struct lock_hold *h;
-	struct lock_req *req;
 
-	LIST_FOREACH (h, &ln->holds, name_entry) {
-		if ((req = h->checking) != NULL) {
-			req->again = req->in_flight; /* else it asks anew */
-			continue;
-		}
-		req = lockreq_new(OP_CHECK, NULL, ln->name, h->token);
-		req->hold = h;
-		h->checking = req;
-		lockhold_check_send(req);
-	}
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		lockhold_check_hold(h);
 }
 
 /* Another broker released the grant with this fence, or shortened its
@@ -522,11 +571,103 @@ lockhold_revoked(struct lock_name *ln, uint64_t fence)
 	}
 }
 
+/* Lose ln's holds (all, or the stale ones): nothing vouches for them. */
+static void
+lockhold_lose_name(struct lock_name *ln, void *arg)
+{
+	const bool *only_stale = arg;
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (!*only_stale || h->stale)
+			lockhold_lost(h, LOST_UNAVAILABLE);
+	}
+}
+
+static void
+lockhold_trust_cb(evutil_socket_t fd, short what, void *arg)
+{
+	bool only_stale = false;
+
+	if (stats[STAT_locks_held] > 0)
+		log_warnx("redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
+		    hold.cf->redis.trust_ms);
+	lockname_foreach(lockhold_lose_name, &only_stale);
+}
+
+static void
+lockhold_stale_cb(evutil_socket_t fd, short what, void *arg)
+{
+	bool only_stale = true;
+
+	lockname_foreach(lockhold_lose_name, &only_stale);
+}
+
+static void
+lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
+{
+	lockdb_incarnation();
+}
+
+/* A new incarnation: every hold here asks to be put back. */
+static void
+lockhold_stale_name(struct lock_name *ln, void *arg)
+{
+	struct lock_hold *h;
+
+	LIST_FOREACH (h, &ln->holds, name_entry) {
+		h->stale = true;
+		lockhold_check_hold(h);
+	}
+}
+
+static void
+lockhold_incarnation_cb(const struct lockdb_inc *inc)
+{
+	uint64_t trust = (uint64_t)hold.cf->redis.trust_ms, now = mono_ms();
+
+	if (inc->changed && !inc->first) {
+		hold.changed_ms = now;
+		lockreq_timer(hold.stale_ev,
+		    hold.vouched_ms + trust > now ? hold.vouched_ms + trust - now
+						  : 0);
+		lockname_foreach(lockhold_stale_name, NULL);
+	}
+	if (inc->sent_ms > hold.vouched_ms)
+		hold.vouched_ms = inc->sent_ms;
+	lockreq_timer(hold.trust_ev,
+	    hold.vouched_ms + trust > now ? hold.vouched_ms + trust - now : 0);
+}
+
 void
 lockhold_init(
     struct event_base *base, const struct config *cf, lockhold_kick_fn *kick)
 {
+	struct timeval beat;
+
 	hold.base = base;
 	hold.cf = cf;
 	hold.kick = kick;
+	hold.vouched_ms = hold.changed_ms = 0;
+	hold.trust_ev = evtimer_new(base, lockhold_trust_cb, NULL);
+	hold.stale_ev = evtimer_new(base, lockhold_stale_cb, NULL);
+	hold.beat_ev = event_new(base, -1, EV_PERSIST, lockhold_beat_cb, NULL);
+	if (hold.trust_ev == NULL || hold.stale_ev == NULL ||
+	    hold.beat_ev == NULL)
+		fatalx("lock: evtimer_new failed");
+	beat = util_timeval((uint64_t)cf->redis.trust_ms / 4);
+	evtimer_add(hold.beat_ev, &beat);
+	lockdb_on_incarnation(lockhold_incarnation_cb);
+}
+
+void
+lockhold_shutdown(void)
+{
+	if (hold.beat_ev == NULL)
+		return;
+	event_free(hold.beat_ev);
+	event_free(hold.trust_ev);
+	event_free(hold.stale_ev);
+	hold.beat_ev = hold.trust_ev = hold.stale_ev = NULL;
 }

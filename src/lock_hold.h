@@ -29,6 +29,8 @@ enum lock_lost {
 typedef void lockhold_kick_fn(struct lock_name *ln);
 void lockhold_init(
     struct event_base *base, const struct config *cf, lockhold_kick_fn *kick);
+/* Free the trust timers (the last step of a shutdown). */
+void lockhold_shutdown(void);
 
 /* A grant (or a same-token re-grant) becomes the owner's hold. */
 struct lock_hold *lockhold_set(

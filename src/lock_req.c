@@ -160,7 +160,9 @@ lockreq_answer_db_error(struct lock_req *req, const struct lockdb_reply *r)
 {
 	char text[64];
 
-	if (r->status == LDB_UNAVAILABLE && r->busy != NULL) {
+	if (r->status == LDB_UNAVAILABLE && r->why != NULL)
+		lockreq_answer_err(req, PERR_UNAVAILABLE, r->why);
+	else if (r->status == LDB_UNAVAILABLE && r->busy != NULL) {
 		snprintf(text, sizeof text, "Redis answered %s", r->busy);
 		lockreq_answer_err(req, PERR_UNAVAILABLE, text);
 	} else if (r->status == LDB_UNAVAILABLE)
@@ -198,6 +200,22 @@ lock_mode_name(enum lock_mode mode, unsigned limit)
 	return buf;
 }
 
+/* A WHO entry: "<mode> <broker> <id>@<peer> <unix ms>". */
+static void
+lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
+    uint64_t since_ms, char *info, size_t len)
+{
+	snprintf(info, len, "%s %s %" PRIu64 "@%s %" PRIu64,
+	    lock_mode_name(mode, limit), broker, o != NULL ? o->id : 0,
+	    o != NULL && o->peer != NULL ? o->peer : "-", since_ms);
+}
+
+void
+lockreq_hold_info(const struct lock_hold *h, char *info, size_t len)
+{
+	lockreq_info(h->owner, h->mode, h->limit, h->since_ms, info, len);
+}
+
 /*
  * What the scripts need for req's try; info (for WHO) says how it holds,
  * which broker and client, and since when on the wall clock: "<mode>
@@ -207,16 +225,7 @@ void
 lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
     char *info, size_t len)
 {
-	struct timespec ts;
-	uint64_t id = req->owner != NULL ? req->owner->id : 0;
-	const char *peer = req->owner != NULL && req->owner->peer != NULL
-	    ? req->owner->peer
-	    : "-";
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	snprintf(info, len, "%s %s %" PRIu64 "@%s %" PRIu64,
-	    lock_mode_name(req->mode, req->limit), broker, id, peer,
-	    (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+	lockreq_info(req->owner, req->mode, req->limit, wall_ms(), info, len);
 	a->token = req->token;
 	a->ttl_ms = req->ttl_ms;
 	a->mark_ms = mark_ms;

@@ -108,6 +108,8 @@ void lockreq_answer_db_error(
 #define LOCKREQ_INFO 256
 void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
     struct lockdb_ask *a, char *info, size_t len);
+/* The WHO entry h was granted with (LOCKREQ_INFO bytes). */
+void lockreq_hold_info(const struct lock_hold *h, char *info, size_t len);
 
 /* req goes to Redis (it must not be freed until its answer comes), and
  * its answer came. */

@@ -13,6 +13,8 @@
 #include "lua_scripts.h"
 #include "proto.h"
 #include "redisc.h"
+#include "stats.h"
+#include "util.h"
 #include "xmalloc.h"
 
 /*
@@ -43,6 +45,7 @@ LOCKDB_SCRIPT(status, STATUS);
 LOCKDB_SCRIPT(who, WHO);
 LOCKDB_SCRIPT(check, CHECK);
 LOCKDB_SCRIPT(revoke, REVOKE);
+LOCKDB_SCRIPT(incarnation, INCARNATION);
 
 enum lockdb_op {
 	LDB_ACQUIRE,
@@ -78,6 +81,15 @@ static struct {
 	bool allow_eviction;
 	char policy[32];  /* Redis's maxmemory-policy, "" until known */
 	char refusal[96]; /* lockdb_refusal's text, "" for none */
+	/* The incarnation of the lock data (incarnation.lua). */
+	char inc[32];	 /* the id this broker knows, "" until it knows one */
+	char runid[48];	 /* the command connection's Redis: "?" until INFO
+			    answers, "" if it may not be read */
+	char grace[24];	 /* ms a new incarnation refuses grants */
+	bool asking;	 /* an incarnation.lua is out */
+	bool checked;	 /* answered on this connection */
+	lockdb_inc_fn *inc_fn;
+	char why[96];	 /* a gate's refusal, for lockdb_reply.why */
 } ldb;
 
 /*
@@ -171,6 +183,8 @@ lockdb_info_cb(const redisReply *r, void *arg)
 		    "redis: INFO %s: cannot check maxmemory-policy (give the broker's Redis user +info)",
 		    r != NULL && r->type == REDIS_REPLY_ERROR ? r->str
 							      : "not answered");
+		ldb.runid[0] = '\0'; /* a failover is then seen by the marker */
+		lockdb_incarnation();
 		return;
 	}
 	ldb.policy[0] = '\0';
@@ -195,15 +209,23 @@ lockdb_info_cb(const redisReply *r, void *arg)
 	if (strstr(r->str, "aof_enabled:0") != NULL)
 		log_info(
 		    "redis: no append-only file: a restart loses the grants and fences made since its last snapshot (docs/operations.md, Redis settings)");
+	ldb.runid[0] = '\0';
+	if ((p = strstr(r->str, "run_id:")) != NULL)
+		sscanf(p + strlen("run_id:"), "%47[0-9a-f]", ldb.runid);
+	lockdb_incarnation();
 }
 
 static void
 lockdb_connected(void *arg)
 {
-	const char *argv[3] = { "INFO", "memory", "persistence" };
-	size_t lens[3] = { 4, 6, 11 };
+	const char *argv[4] = { "INFO", "server", "memory", "persistence" };
+	size_t lens[4] = { 4, 6, 6, 11 };
 
-	redisc_command(3, argv, lens, lockdb_info_cb, NULL);
+	/* Unknown until INFO answers: no grant passes the gate meanwhile. */
+	snprintf(ldb.runid, sizeof ldb.runid, "?");
+	ldb.asking = false; /* an answer on the old connection is gone */
+	ldb.checked = false;
+	redisc_command(4, argv, lens, lockdb_info_cb, NULL);
 	if (ldb.up_fn != NULL)
 		ldb.up_fn(ldb.up_arg);
 }
@@ -230,7 +252,7 @@ lockdb_allow_eviction(bool allow)
 bool
 lockdb_up(void)
 {
-	return redisc_up();
+	return redisc_up() && ldb.checked;
 }
 
 /* Replies that mean "Redis cannot serve now", as opposed to a bug: the
@@ -291,12 +313,37 @@ lockdb_parse_who(const redisReply *r, struct lockdb_reply *out)
 	return true;
 }
 
+/*
+ * A closed incarnation gate (lib/gate.lua): the marker names another
+ * incarnation than ours (-1: ask which), or its grace period has ms left
+ * (-2). Nothing was granted: as Redis unable to serve.
+ */
+static bool
+lockdb_gate_closed(long long code, long long ms, struct lockdb_reply *out)
+{
+	out->status = LDB_UNAVAILABLE;
+	out->pttl = ms > 0 ? (uint64_t)ms : 0;
+	if (code == -1) {
+		snprintf(ldb.why, sizeof ldb.why,
+		    "Redis holds lock data this broker has not checked yet");
+		lockdb_incarnation();
+	} else
+		snprintf(ldb.why, sizeof ldb.why,
+		    "Redis forgot its locks; no grant for %lld ms (grace period)",
+		    ms);
+	out->why = ldb.why;
+	return true;
+}
+
 /* An ACQUIRE's {1, fence}, {0, pttl, fence, marked}, {2, done} or
  * {3, n}. */
 static bool
 lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 {
 	switch (v[0]) {
+	case -1:
+	case -2:
+		return lockdb_gate_closed(v[0], v[1], out);
 	case 1:
 		out->status = LDB_OK;
 		out->fence = (uint64_t)v[1];
@@ -369,6 +416,8 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 	case LDB_EXTEND:
 		if (r->type != REDIS_REPLY_INTEGER)
 			return false;
+		if (r->integer == -1)
+			return lockdb_gate_closed(-1, 0, out);
 		out->status = r->integer == 1 ? LDB_OK : LDB_NO;
 		return true;
 	case LDB_WAIT:
@@ -395,8 +444,10 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 		out->status = LDB_OK;
 		return lockdb_parse_who(r, out);
 	case LDB_CHECK:
-		if (!lockdb_ints(r, 1, v) || (v[0] == 0 && r->elements < 2))
+		if (!lockdb_ints(r, 1, v) || (v[0] <= 0 && r->elements < 2))
 			return false;
+		if (v[0] == -1)
+			return lockdb_gate_closed(-1, 0, out);
 		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
 		out->fence = v[0] == 0 && v[1] > 0 ? (uint64_t)v[1] : 0;
 		return true;
@@ -468,11 +519,11 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
 	char key[12][PROTO_NAME_MAX + 160];
-	const char *argv[23]; /* redisc's most, less the key count */
-	size_t lens[23], base, slen;
+	const char *argv[30]; /* redisc's most, less the key count */
+	size_t lens[30], base, slen;
 	const char *suffix;
 
-	if (nkeys > 12 || nkeys + nargs > 23)
+	if (nkeys > 12 || nkeys + nargs > 30)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
 
@@ -482,6 +533,12 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
 	    (size_t)snprintf(key[0], sizeof key[0], "%s{%s}", ldb.prefix, name);
 	for (int i = 0; i < nkeys; i++) {
 		suffix = script->keys[i];
+		if (suffix[0] == '/') { /* "<prefix><word>": not a name's */
+			lens[n] = (size_t)snprintf(key[i], sizeof key[i],
+			    "%s%s", ldb.prefix, suffix + 1);
+			argv[n++] = key[i];
+			continue;
+		}
 		slen = strlen(suffix);
 		if (i > 0)
 			memcpy(key[i], key[0], base);
@@ -502,9 +559,9 @@ lockdb_acquire(
 {
 	char ttl[24], mark[24], n[16], watch[24], mode[24], least[24];
 	char ticket[sizeof ldb.mine];
-	const char *args[12] = { a->token, ttl, mark, a->info, mode, n,
+	const char *args[14] = { a->token, ttl, mark, a->info, mode, n,
 		a->clear_writer ? "1" : "0", ldb.channel, name, ticket, least,
-		ldb.live };
+		ldb.live, ldb.inc, ldb.runid };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
 	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
@@ -519,8 +576,8 @@ lockdb_acquire(
 		snprintf(least, sizeof least, "%" PRIu64, a->least);
 		/* An exclusive ACQUIRE never reaches :done and :fill. */
 		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire,
-		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 9, name,
-		    12, args, cb, arg);
+		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 10, name,
+		    14, args, cb, arg);
 		return;
 	}
 	if (a->mode == LDB_SHARED)
@@ -532,8 +589,10 @@ lockdb_acquire(
 								  : 0);
 	args[6] = ldb.channel;
 	args[7] = name;
+	args[8] = ldb.inc;
+	args[9] = ldb.runid;
 	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, lockdb_lua_share.nkeys,
-	    name, 8, args, cb, arg);
+	    name, 10, args, cb, arg);
 }
 
 void
@@ -542,15 +601,15 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 {
 	static const char *const marks[] = { "0", "1", "2" };
 	char ms[24], f[24];
-	const char *args[10] = { token, ldb.channel, name, marks[done], ms, f,
-		ldb.broker, ldb.handoff, ldb.to, ldb.live };
+	const char *args[12] = { token, ldb.channel, name, marks[done], ms, f,
+		ldb.broker, ldb.handoff, ldb.to, ldb.live, ldb.inc, ldb.runid };
 
 	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,
-	    lockdb_lua_release.nkeys, name, 10, args, cb, arg);
+	    lockdb_lua_release.nkeys, name, 12, args, cb, arg);
 }
 
 static void
@@ -576,12 +635,13 @@ lockdb_extend(const char *name, const char *token, uint64_t fence,
     uint64_t ttl_ms, lockdb_cb *cb, void *arg)
 {
 	char ttl[24], f[24];
-	const char *args[6] = { token, ttl, f, ldb.broker, ldb.channel, name };
+	const char *args[7] = { token, ttl, f, ldb.broker, ldb.channel, name,
+		ldb.inc };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, lockdb_lua_extend.nkeys,
-	    name, 6, args, cb, arg);
+	    name, 7, args, cb, arg);
 }
 
 void
@@ -604,15 +664,17 @@ lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 }
 
 void
-lockdb_check(const char *name, const char *token, uint64_t fence, lockdb_cb *cb,
-    void *arg)
+lockdb_check(const char *name, const char *token, uint64_t fence,
+    uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
-	char f[24];
-	const char *args[2] = { token, f };
+	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
+	const char *args[5] = { token, f, ttl, value, ldb.inc };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
+	snprintf(ttl, sizeof ttl, "%" PRIu64, info != NULL ? restore_ms : 0);
+	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
 	lockdb_send(LDB_CHECK, &lockdb_lua_check, lockdb_lua_check.nkeys, name,
-	    2, args, cb, arg);
+	    5, args, cb, arg);
 }
 
 void
@@ -624,6 +686,75 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
 	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, lockdb_lua_revoke.nkeys,
 	    name, 3, args, cb, arg);
+}
+
+/* incarnation.lua's {id, grace ms left, made now}. */
+static void
+lockdb_incarnation_cb(const redisReply *r, void *arg)
+{
+	uint64_t *sent = arg;
+	struct lockdb_inc inc = { .sent_ms = *sent };
+	redisReply **e = r != NULL ? r->element : NULL;
+
+	free(sent);
+	ldb.asking = false;
+	if (r == NULL)
+		return; /* not answered: nothing confirmed */
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	    e[0]->type != REDIS_REPLY_STRING || e[0]->len == 0 ||
+	    e[0]->len >= sizeof ldb.inc || e[1]->type != REDIS_REPLY_INTEGER ||
+	    e[2]->type != REDIS_REPLY_INTEGER) {
+		log_warnx("redis: incarnation.lua: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "malformed reply");
+		return;
+	}
+	if (!ldb.checked && redisc_up()) {
+		ldb.checked = true;
+		STAT_SET(redis_up, 1);
+	}
+	inc.first = ldb.inc[0] == '\0';
+	inc.changed = strcmp(ldb.inc, e[0]->str) != 0;
+	inc.grace_ms = e[1]->integer > 0 ? (uint64_t)e[1]->integer : 0;
+	if (inc.changed) {
+		memcpy(ldb.inc, e[0]->str, e[0]->len + 1);
+		if (e[2]->integer == 1 || inc.grace_ms > 0)
+			log_warnx(
+			    "redis: %s lock data (incarnation %s): no grant for %" PRIu64
+			    " ms, while brokers put their holds back (docs/operations.md, When Redis forgets)",
+			    e[2]->integer == 1 ? "new" : "another", ldb.inc,
+			    inc.grace_ms);
+		else
+			log_info("redis: lock data incarnation %s", ldb.inc);
+	}
+	if (ldb.inc_fn != NULL)
+		ldb.inc_fn(&inc);
+}
+
+void
+lockdb_incarnation(void)
+{
+	char key[160];
+	const char *argv[3] = { key, ldb.runid, ldb.grace };
+	size_t lens[3];
+	uint64_t *sent;
+
+	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
+		return; /* INFO's answer asks, once it came */
+	ldb.asking = true;
+	snprintf(key, sizeof key, "%s%s", ldb.prefix,
+	    lockdb_lua_incarnation.keys[0] + 1);
+	for (int i = 0; i < 3; i++)
+		lens[i] = strlen(argv[i]);
+	sent = xmalloc(sizeof *sent);
+	*sent = mono_ms();
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 3, argv, lens,
+	    lockdb_incarnation_cb, sent);
+}
+
+void
+lockdb_on_incarnation(lockdb_inc_fn *fn)
+{
+	ldb.inc_fn = fn;
 }
 
 void
@@ -644,8 +775,10 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms)
+    uint64_t live_ms, uint64_t grace_ms)
 {
+	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64,
+	    grace_ms > 0 ? grace_ms : 1);
 	ldb.prefix = prefix;
 	ldb.broker = broker;
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);
@@ -667,4 +800,5 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	redisc_script_add(&lockdb_lua_who.rs);
 	redisc_script_add(&lockdb_lua_revoke.rs);
 	redisc_script_add(&lockdb_lua_check.rs);
+	redisc_script_add(&lockdb_lua_incarnation.rs);
 }

@@ -51,6 +51,9 @@ struct lockdb_reply {
 	 * during the callback), else both are 0/NULL. */
 	uint64_t ticket;
 	const char *token;
+	/* UNAVAILABLE: what to tell the client, when not Redis's error
+	 * (busy) or no answer; valid during the callback. */
+	const char *why;
 };
 
 /* An ACQUIRE or FILL as the scripts take it. */
@@ -106,9 +109,10 @@ void lockdb_allow_eviction(bool allow);
  * its tickets, and in the messages that tell other brokers of a grant it
  * released or shortened; a release hands a grant to another broker's
  * ticket for handoff_ms until that broker confirms it; this broker's
- * tickets live live_ms past its last try with one. */
+ * tickets live live_ms past its last try with one; a new incarnation of
+ * the lock data made by this broker grants nothing for grace_ms. */
 void lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms);
+    uint64_t live_ms, uint64_t grace_ms);
 
 /* Grant if the mode allows (or if the token holds it already: same fence
  * back). A FILL whose watched leader finished is DONE instead. */
@@ -146,9 +150,32 @@ void lockdb_who(const char *name, lockdb_cb *cb, void *arg);
 void lockdb_revoke(
     const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg);
 /* Whether the grant of token with fence still holds name (OK) or not (NO;
- * fence: the last REVOKE's remembered, or 0). */
+ * fence: the last REVOKE's remembered, or 0). With info (the WHO entry it
+ * was granted with) an exclusive grant Redis forgot is put back for
+ * restore_ms, if a new incarnation's grace period is running. */
 void lockdb_check(const char *name, const char *token, uint64_t fence,
-    lockdb_cb *cb, void *arg);
+    uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg);
+
+/*
+ * The incarnation of the lock data (docs/protocol.md §8, "When Redis
+ * forgets"): asked at every connect, and by the engine as a heartbeat.
+ * Each answer is passed on: whether it names another incarnation than the
+ * one known before (first: none was), the grace period it has left, and
+ * when the question was sent (monotonic ms): until then the answer
+ * vouches for the holds of the incarnation it names.
+ */
+struct lockdb_inc {
+	bool first;
+	bool changed;
+	uint64_t grace_ms;
+	uint64_t sent_ms;
+};
+
+typedef void lockdb_inc_fn(const struct lockdb_inc *);
+
+void lockdb_on_incarnation(lockdb_inc_fn *fn);
+/* Ask which incarnation Redis serves (once at a time; not when down). */
+void lockdb_incarnation(void);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

@@ -90,7 +90,7 @@ metrics_healthz(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *out = evbuffer_new();
 	const char *refusal = lockdb_refusal();
-	bool up = redisc_up() && refusal == NULL;
+	bool up = lockdb_up() && refusal == NULL;
 
 	if (out == NULL) {
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);

@@ -26,7 +26,7 @@
 
 #define REDISC_MAX_SCRIPTS 16
 /* A script's keys and arguments, and its key count. */
-#define REDISC_MAX_ARGS 24
+#define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
 
 struct redisc_req {
@@ -545,8 +545,9 @@ static void
 redisc_set_up(struct redisc_conn *conn, bool up)
 {
 	conn->up = up;
-	if (conn == &rc.cmd)
-		STAT_SET(redis_up, up);
+	/* Up is lockdb's to say (once it knows the incarnation). */
+	if (conn == &rc.cmd && !up)
+		STAT_SET(redis_up, 0);
 }
 
 static void

@@ -11,6 +11,7 @@
 
 /* Milliseconds on CLOCK_MONOTONIC: every timer and lease decision uses it. */
 uint64_t mono_ms(void);
+uint64_t wall_ms(void);
 /* The same clock in microseconds, for latency figures. */
 uint64_t mono_us(void);
 

@@ -1,10 +1,10 @@
 -- acquire: an exclusive ACQUIRE, or a FILL's.
 --
--- SET NX PX and the fence INCR in one script, so a grant and its fence can
--- never be split, and two grants can never share a fence. The holder's
--- fence is the counter's value: nothing increments it while the key
--- exists. A counter that is not an integer fails the INCR: the SET is
--- undone, so no grant is left that nobody was told of. The key's value is
+-- SET NX PX and the next fence (lib/fence.lua) in one script, so a grant
+-- and its fence can never be split, and two grants can never share a
+-- fence. The holder's fence is the counter's value: nothing moves it
+-- while the key exists. A counter that is not an integer fails the INCR:
+-- the SET is undone, so no grant is left that nobody was told of. The key's value is
 -- the token and the holder's WHO entry (info); shared holders keep the key
 -- at "=shared", so while nobody queues (no queue key) the SET NX of a free
 -- name is all an uncontended grant costs.
@@ -29,25 +29,35 @@
 -- waiter also asks for its end to be marked done, and a FILL whose watched
 -- leader is done (done >= watch) is DONE.
 --
--- KEYS: lock fence queue tickets brokers waiters holders who writer done fill
---   (an exclusive ACQUIRE passes the first nine: it never reaches done, fill)
+-- Nothing is granted (nor refused: the broker asks again) unless the
+-- incarnation marker names the broker's incarnation and its grace period
+-- is over (lib/gate.lua).
+--
+-- KEYS: lock fence queue tickets brokers waiters holders who writer /incarnation done fill
+--   (an exclusive ACQUIRE passes the first ten: it never reaches done, fill)
 -- ARGV: token, ttl (ms), mark (ms; 0: a try-once), info ("<mode> <broker>
 --   <client> <since_ms>"), fill (0/1), watch (a leader's fence, or 0),
 --   clear (0/1), channel, name, ticket ("<broker>#<n>", or "" for none),
 --   least (the least n of its broker's live tickets on the name), live
---   (ms: the longest a broker with waiters goes without asking)
+--   (ms: the longest a broker with waiters goes without asking),
+--   incarnation (the id the broker knows), run_id (of its connection's
+--   Redis; "" if it may not read it)
 -- Returns {1, fence}; {0, ms to look again (-1: none known), holder's
 --   fence, marked}; {2, done}; {3, n} when the token is a shared holder (n
---   as share.lua's); or the INCR's error.
+--   as share.lua's); gate.lua's {-1, 0} or {-2, ms}; or the INCR's error.
 
+-- include fence.lua
+-- include gate.lua
+local closed = gate(KEYS[10], ARGV[13], ARGV[14])
+if closed then return closed end
 if ARGV[6] ~= '0' then
-  local d = tonumber(redis.call('GET', KEYS[10]) or '0')
+  local d = tonumber(redis.call('GET', KEYS[11]) or '0')
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
 if redis.call('EXISTS', KEYS[3]) == 0 and
     redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
-  local f = redis.pcall('INCR', KEYS[2])
+  local f = next_fence(KEYS[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
@@ -68,7 +78,7 @@ local function refuse(pt, f, w)
     -- A ticket needs no announcement: a release hands the name to it.
     if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
     if ARGV[5] == '1' then
-      redis.call('SET', KEYS[11], '1', 'PX', ARGV[3])
+      redis.call('SET', KEYS[12], '1', 'PX', ARGV[3])
     end
     if w == 1 then
       redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
@@ -82,7 +92,7 @@ local function refuse(pt, f, w)
 end
 local function grant()
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  local f = redis.pcall('INCR', KEYS[2])
+  local f = next_fence(KEYS[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f

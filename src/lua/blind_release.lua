@@ -1,7 +1,7 @@
 -- blind_release: CHAOS_BLIND_RELEASE (test builds only): delete without
 -- comparing, for the chaos suite's self-test.
 --
--- KEYS: lock waiters holders who fence fill done queue tickets brokers writer
+-- KEYS: lock waiters holders who fence fill done queue tickets brokers writer /incarnation
 -- ARGV: as release.lua's
 -- Returns {1}.
 

@@ -1,11 +1,22 @@
 -- check: whether the grant with this token and fence still holds the name
--- (in either place), asked after the subscriber missed messages; when not,
--- the fence of the last REVOKE of it, if one is remembered.
+-- (in either place), asked after the subscriber missed messages, and
+-- after the broker learned of a new incarnation (incarnation.lua); when
+-- not, the fence of the last REVOKE of it, if one is remembered.
 --
--- KEYS: lock holders revoked fence who
--- ARGV: token, fence
--- Returns {1} or {0, fence}.
+-- Putting a hold back: with a ttl (not 0), an exclusive grant that Redis
+-- forgot (the key and its fence counter gone or lower) is set again, as
+-- it was, for ttl ms, while the incarnation the broker names is in its
+-- grace period, when nothing else can have been granted (lib/gate.lua).
+-- A shared holder is not put back: it is told it lost the name.
+--
+-- KEYS: lock holders revoked fence who /incarnation
+-- ARGV: token, fence, ttl (ms; 0: only look), value (the key's value to
+--   set: "<token> <mode> <broker> <client> <since_ms>"), incarnation
+-- Returns {1} (held, or put back), {0, fence}, or {-1, 0} when Redis
+-- serves another incarnation than the broker's (it asks which, then again).
 
+local m = redis.call('HMGET', KEYS[6], 'id', 'grace')
+if m[1] ~= ARGV[5] then return {-1, 0} end
 -- include now.lua
 -- include holds.lua
 if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
@@ -15,5 +26,15 @@ local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',
     KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then
   return {1}
+end
+if ARGV[3] ~= '0' and not v then
+  local c = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if tonumber(m[2] or '0') > now_ms() and
+      c and c <= tonumber(ARGV[2]) and
+      redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
+    redis.call('SET', KEYS[4], ARGV[2])
+    return {1}
+  end
 end
 return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}

@@ -4,8 +4,8 @@
     embed.py OUT.h SCRIPT.lua...
 
 Each script declares its keys once, in its opening comment, on one line:
-"-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; any other word w
-is <prefix>{<name>}:w). A line "-- include <file>" is replaced by
+"-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; a word /w is
+<prefix>w, a key of no name; any other word w is <prefix>{<name>}:w). A line "-- include <file>" is replaced by
 lib/<file> with its comment lines dropped and its code joined onto that one
 line, so every line of a script is the line of its .lua file: Redis's
 "user_script:N" in an error is line N of the file. For each script x.lua
@@ -53,8 +53,8 @@ def keys(path):
         for line in f:
             m = KEYS.match(line.strip())
             if m:
-                return ["" if w == "lock" else ":" + w
-                        for w in m.group(1).split()]
+                return ["" if w == "lock" else w if w.startswith("/")
+                        else ":" + w for w in m.group(1).split()]
     sys.exit("%s: no '-- KEYS:' line" % path)
 
 

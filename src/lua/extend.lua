@@ -4,9 +4,14 @@
 -- in a grant another broker stored is announced ("<name> shortened
 -- <fence> <broker>"): its holds elsewhere can no longer trust their end.
 --
--- KEYS: lock holders who fence
--- ARGV: token, ttl, fence (0: any), broker, channel, name
--- Returns 1 or 0.
+-- Only in the incarnation the broker knows: else -1, and the broker asks
+-- which one Redis serves (incarnation.lua) before it trusts an answer.
+--
+-- KEYS: lock holders who fence /incarnation
+-- ARGV: token, ttl, fence (0: any), broker, channel, name, incarnation
+-- Returns 1, 0 or -1.
+
+if redis.call('HGET', KEYS[5], 'id') ~= ARGV[7] then return -1 end
 
 -- include holds.lua
 -- A lease shortened in another broker's entry (as lib/foreign.lua, kept

@@ -22,10 +22,14 @@
 -- grant to a broker that died is free again after handoff ms. With no
 -- ticket, the name is published if anyone waits (:waiters).
 --
--- KEYS: lock waiters holders who fence fill done queue tickets brokers writer
+-- A hand-over is a grant: it is made only through an open incarnation
+-- gate (lib/gate.lua); else the tickets wait, and their brokers' tries
+-- take the name once the gate opens.
+--
+-- KEYS: lock waiters holders who fence fill done queue tickets brokers writer /incarnation
 -- ARGV: token, channel, name, done (0/1/2), how long done is kept (ms),
 --   fence (0: any), broker, handoff (ms), the brokers' channel prefix,
---   live (ms, as acquire.lua's)
+--   live (ms, as acquire.lua's), incarnation, run_id
 -- Returns {1} if released, {0} if not ours; handed to a ticket: {1, fence,
 --   n, token} for this broker's ticket "<broker>#<n>", {1, fence, 0} for
 --   another broker's.
@@ -69,14 +73,19 @@ end
 if redis.call('EXISTS', KEYS[8]) == 1 and
     redis.call('EXISTS', KEYS[1]) == 0 then
 -- include now.lua
+-- include fence.lua
+-- include gate.lua
 -- include tickets.lua
-  local tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now_ms(), ARGV[10])
+  local tk, b
+  if not gate(KEYS[12], ARGV[11], ARGV[12]) then
+    tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now_ms(), ARGV[10])
+  end
   local d = tk and redis.call('HGET', KEYS[9], tk)
   local tok, ttl, info = string.match(d or '', '^(%S+) (%d+) (.*)$')
   if tk and not tok then -- no data for it: it cannot be granted
     redis.call('ZREM', KEYS[8], tk)
   end
-  local f = tok and redis.pcall('INCR', KEYS[5])
+  local f = tok and next_fence(KEYS[5])
   if type(f) == 'number' then
     redis.call('ZREM', KEYS[8], tk)
     redis.call('HDEL', KEYS[9], tk)
@@ -87,8 +96,8 @@ if redis.call('EXISTS', KEYS[8]) == 1 and
     redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
     redis.call('DEL', KEYS[11])
     if b == ARGV[7] then return {1, f, n, tok} end
-    redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' .. f ..
-      ' ' .. tok)
+    redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..
+      ms(f) .. ' ' .. tok)
     return {1, f, 0}
   end
 end

@@ -6,12 +6,19 @@
 -- set, its own fence from the same counter, and its WHO entry in the hash.
 -- A same-token re-grant through another broker is treated as acquire.lua's.
 --
--- KEYS: lock fence waiters holders who writer
+-- Gated as acquire.lua is (lib/gate.lua).
+--
+-- KEYS: lock fence waiters holders who writer /incarnation
 -- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
---   channel, name
--- Returns {1, fence}, {0, ms to look again, 0, 0} or {3, n}.
+--   channel, name, incarnation, run_id
+-- Returns {1, fence}, {0, ms to look again, 0, 0}, {3, n}, or gate.lua's
+--   {-1, 0} or {-2, ms}.
 
 -- include now.lua
+-- include fence.lua
+-- include gate.lua
+local closed = gate(KEYS[7], ARGV[9], ARGV[10])
+if closed then return closed end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
@@ -58,7 +65,8 @@ if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then
   local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   return refuse(tonumber(low[2]) - now)
 end
-local f = redis.call('INCR', KEYS[2])
+local f = next_fence(KEYS[2])
+if type(f) ~= 'number' then return f end
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
   '=mode', ARGV[5])

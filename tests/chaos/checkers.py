@@ -25,7 +25,8 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # named there, the others Redis itself. After the heal the broker connects
 # again within redis.reconnect_max_ms and asks Redis about its holds.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
-              "redis_drop", "pause_redis", "kill_redis")
+              "redis_drop", "pause_redis", "kill_redis", "flushall",
+              "wipe_redis")
 RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")

@@ -3,6 +3,7 @@ by a liveness probe of every broker. Seeded, so a run can be replayed in
 its choices (not in its timing)."""
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -11,13 +12,14 @@ from topology import lbtest  # the e2e harness, on the path topology set
 
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
-         "redis_slow", "clock_jump", "redis_drop")
+         "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis")
 # The kinds that break a broker's Redis link (rec["proxies"] names whose)
 # or Redis itself (every broker's): news on the subscriber connection (a
 # release or a shortened lease through the other broker, a REVOKE) comes
 # late or is missed, until the broker has subscribed again.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
-              "redis_drop", "pause_redis", "kill_redis")
+              "redis_drop", "pause_redis", "kill_redis", "flushall",
+              "wipe_redis")
 # The self-test wants the faults that make stale holders and late grants:
 # Redis stalls and slow links (400-800 ms each way) whose round trips stay
 # under the 2.5 s command timeout (so the late answer still arrives) but
@@ -178,6 +180,25 @@ class Nemesis(threading.Thread):
         rec.update(target="redis", hold_s=self._hold(1, 5))
         r.kill()
         return r.start              # same port, same AOF directory
+
+    def _flushall(self, rec):
+        """FLUSHALL: Redis forgets every lock and fence counter at once.
+        Nobody may be granted a held name before its holder is told, and
+        no fence may repeat or go back (docs/operations.md, When Redis
+        forgets)."""
+        rec.update(target="redis", hold_s=0.2)
+        self.topo.redis("FLUSHALL")
+        return lambda: None
+
+    def _wipe_redis(self, rec):
+        """kill -9 Redis and restart it with its append-only file gone:
+        a restart without persistence (another run_id, nothing kept)."""
+        r = self.topo.redis
+        rec.update(target="redis", hold_s=self._hold(0.5, 2))
+        r.kill()
+        shutil.rmtree(os.path.join(r.tmpdir, "appendonlydir"),
+                      ignore_errors=True)
+        return r.start
 
     def _proxy(self, rec, mode, both=False, **kw):
         """Put one broker's Redis proxy (or both) in mode; the heal is back

@@ -24,8 +24,11 @@ BROKER_CONF = {
     # command_timeout_ms 2500 lets a reply that took longer than a 500 ms
     # or 1000 ms lease still reach the broker, so the late-grant path is
     # exercised (by proxy delays up to 1 s each way, Redis stalls < 2 s).
+    # trust_ms 1000: a Redis restart (a new incarnation) grants nothing for
+    # about a second, within the liveness window (nemesis.LIVENESS_S).
     "redis": {"command_timeout_ms": 2500, "connect_timeout_ms": 500,
-              "reconnect_min_ms": 50, "reconnect_max_ms": 1000},
+              "reconnect_min_ms": 50, "reconnect_max_ms": 1000,
+              "trust_ms": 1000},
     "locks": {"lease_ms": LEASE_MS, "retry_min_ms": 5, "retry_max_ms": 200},
     "log": {"level": "info"},
 }

@@ -87,12 +87,22 @@ class Resp:
 
 
 class Redis:
-    def __init__(self, tmpdir, port=None, extra=(), password=None):
+    """A redis-server of the test's own. seed: at each start, mark its
+    (empty) data as an incarnation of lockbroker's that is past its grace
+    period (docs/protocol.md §8, When Redis forgets), as a Redis that has
+    served brokers for a while is: a test's first grant then need not wait
+    redis.trust_ms. Only the first start is seeded (a restart makes a new
+    incarnation, as it does in production); tests of the grace period pass
+    seed=False. A replica is never seeded: it has its master's."""
+
+    def __init__(self, tmpdir, port=None, extra=(), password=None,
+                 seed=True):
         self.tmpdir = tmpdir
         self.port = port or free_port()
         self.own_port = port is None
         self.extra = list(extra)
         self.password = password
+        self.seed = seed and "--replicaof" not in self.extra
         self.proc = None
         self.start()
 
@@ -110,6 +120,24 @@ class Redis:
                 break
             self.port = free_port()
         wait_for(self.ours)
+        if self.seed:
+            self.seed_incarnation()
+            self.seed = False  # a restart is a restart: it has none
+
+    def seed_incarnation(self, db=0, prefix="lockbroker:"):
+        """The marker incarnation.lua makes, for this Redis process (in
+        database db), with its grace period over. Tests that restart Redis
+        to set it up differently (not to test a restart) seed it again."""
+        r = self.connect()
+        try:
+            info = r("INFO", "server")
+            runid = info.split("run_id:")[1].split("\r")[0]
+            if db:
+                assert r("SELECT", db) == "OK"
+            r("HSET", prefix + "incarnation", "id", "seed%d" % self.proc.pid,
+              "runid", runid, "grace", "0")
+        finally:
+            r.close()
 
     def ours(self):
         """True once the server on our port answers and is our process."""
@@ -339,6 +367,16 @@ class BrokerTest(unittest.TestCase):
         self.clients = []
         self.brokers = []
         self.broker = self.start_broker(self.conf)
+
+    def wait_grants(self, broker=None, timeout=10):
+        """Until the broker grants (a Redis restarted under it, then
+        seeded: it learns the seeded incarnation first)."""
+        c = self.client(broker)
+
+        def granted():
+            return c.cmd("ACQUIRE lbtest-ready WAIT 0").startswith("OK ")
+        wait_for(granted, timeout, 0.02)
+        assert c.cmd("RELEASE lbtest-ready") == "OK"
 
     def start_broker(self, conf=None, name="broker"):
         """Another broker on this test's Redis; stopped and checked after."""

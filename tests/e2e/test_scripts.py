@@ -17,6 +17,14 @@ import embed  # noqa: E402
 
 CH = "lockbroker:released"
 ME, OTHER = "host:1:aaaaaaaa", "host:2:bbbbbbbb"
+INC = "inc1"                 # the incarnation the tests' brokers know
+MARK = "lockbroker:incarnation"
+B = 9 * 10 ** 15             # counters start here, above Redis's clock in µs
+
+
+def f(n):
+    """The n-th fence of a name whose counter started at B."""
+    return B + n
 
 
 def info(mode="EXCLUSIVE", broker=ME):
@@ -30,23 +38,32 @@ class Scripts(BrokerTest):
         super().setUp()
         self.r = Resp(self.redis.port)
         self.addCleanup(self.r.close)
+        # The seeded marker (lbtest.Redis), under the tests' own id.
+        self.r("HSET", MARK, "id", INC, "grace", "0")
 
     def run_script(self, script, name, *args, nkeys=None):
+        """Fence counters start at B (unless a test set one), so that the
+        fences the tests expect do not depend on Redis's clock."""
         path = os.path.join(LUA, script + ".lua")
-        keys = ["lockbroker:{%s}%s" % (name, k) for k in embed.keys(path)]
+        keys = [k[1:].join(["lockbroker:", ""]) if k.startswith("/") else
+                "lockbroker:{%s}%s" % (name, k) for k in embed.keys(path)]
         keys = keys[:nkeys] if nkeys is not None else keys
+        self.r("SET", "lockbroker:{%s}:fence" % name, B, "NX")
         return self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
 
     def acquire(self, name, token, ttl=10000, mark=0, inf=None, fill=0,
-                watch=0, clear=0, ticket="", least=0, live=700):
+                watch=0, clear=0, ticket="", least=0, live=700, inc=INC,
+                rid=""):
         return self.run_script(
             "acquire", name, token, ttl, mark, inf or info(), fill, watch,
-            clear, CH, name, ticket, least, live, nkeys=None if fill else 9)
+            clear, CH, name, ticket, least, live, inc, rid,
+            nkeys=None if fill else 10)
 
     def release(self, name, token, fence=0, done=1, broker=ME):
         """1 released, 0 not ours; a hand-over's list as it is."""
         r = self.run_script("release", name, token, CH, name, done, 1000,
-                            fence, broker, 300, "lockbroker:to:", 700)
+                            fence, broker, 300, "lockbroker:to:", 700, INC,
+                            "")
         return r[0] if len(r) == 1 else r
 
     def subscribe(self):
@@ -60,20 +77,21 @@ class Scripts(BrokerTest):
         for f in sorted(os.listdir(LUA)):
             if f.endswith(".lua"):
                 ks = embed.keys(os.path.join(LUA, f))
-                self.assertEqual(ks[0], "", f)
+                first = "/incarnation" if f == "incarnation.lua" else ""
+                self.assertEqual(ks[0], first, f)
                 self.assertEqual(len(ks), len(set(ks)), f)
 
     def test_acquire_grant_regrant_refuse(self):
-        self.assertEqual(self.acquire("a", "t1"), [1, 1])
+        self.assertEqual(self.acquire("a", "t1"), [1, f(1)])
         self.assertEqual(self.r("GET", "lockbroker:{a}"), "t1 " + info())
-        self.assertEqual(self.acquire("a", "t1", ttl=5000), [1, 1])
+        self.assertEqual(self.acquire("a", "t1", ttl=5000), [1, f(1)])
         self.assertLessEqual(self.r("PTTL", "lockbroker:{a}"), 5000)
         r = self.acquire("a", "t2", mark=700)
         self.assertEqual(r[0], 0)
-        self.assertEqual(r[2:], [1, 0])
+        self.assertEqual(r[2:], [f(1), 0])
         self.assertEqual(self.r("EXISTS", "lockbroker:{a}:waiters"), 1)
         once = self.acquire("a", "t2")  # a try-once marks nothing
-        self.assertEqual((once[0], once[2], once[3]), (0, 1, 0))
+        self.assertEqual((once[0], once[2], once[3]), (0, f(1), 0))
 
     def test_acquire_corrupt_counter_leaves_nothing(self):
         self.r("SET", "lockbroker:{c}:fence", "abc")
@@ -84,25 +102,26 @@ class Scripts(BrokerTest):
         """A shorter same-token lease through another broker is announced,
         and the entry's broker becomes '*'."""
         sub = self.subscribe()
-        self.assertEqual(self.acquire("s", "t", ttl=60000), [1, 1])
+        self.assertEqual(self.acquire("s", "t", ttl=60000), [1, f(1)])
         self.assertEqual(self.acquire("s", "t", ttl=500,
-                                      inf=info(broker=OTHER)), [1, 1])
+                                      inf=info(broker=OTHER)), [1, f(1)])
         self.assertEqual(sub._read(),
-                         ["message", CH, "s shortened 1 " + OTHER])
+                         ["message", CH, "s shortened %d %s" % (f(1), OTHER)])
         self.assertEqual(self.r("GET", "lockbroker:{s}").split()[2], "*")
 
     def test_fill_done(self):
-        self.assertEqual(self.acquire("f", "lead", fill=1), [1, 1])
+        self.assertEqual(self.acquire("f", "lead", fill=1), [1, f(1)])
         self.assertEqual(self.acquire("f", "w", fill=1, mark=700)[0], 0)
-        self.assertEqual(self.release("f", "lead", 1, done=2), 1)
-        self.assertEqual(self.acquire("f", "w", fill=1, watch=1), [2, 1])
+        self.assertEqual(self.release("f", "lead", f(1), done=2), 1)
+        self.assertEqual(self.acquire("f", "w", fill=1, watch=f(1)),
+                         [2, f(1)])
 
     def test_release_compares_token_and_fence(self):
         self.acquire("r", "t")
         self.assertEqual(self.release("r", "other"), 0)
-        self.assertEqual(self.release("r", "t", fence=9), 0)
+        self.assertEqual(self.release("r", "t", fence=f(9)), 0)
         self.assertEqual(self.r("EXISTS", "lockbroker:{r}"), 1)
-        self.assertEqual(self.release("r", "t", fence=1), 1)
+        self.assertEqual(self.release("r", "t", fence=f(1)), 1)
         self.assertEqual(self.r("EXISTS", "lockbroker:{r}"), 0)
 
     def test_release_through_another_broker_is_announced(self):
@@ -110,29 +129,29 @@ class Scripts(BrokerTest):
         self.acquire("x", "t")
         self.assertEqual(self.release("x", "t", broker=OTHER), 1)
         self.assertEqual(sub._read(),
-                         ["message", CH, "x released 1 " + OTHER])
+                         ["message", CH, "x released %d %s" % (f(1), OTHER)])
 
     def test_own_release_leaves_a_grant_brokers_share(self):
         self.acquire("y", "t", ttl=60000)
         self.acquire("y", "t", ttl=60000, inf=info(broker=OTHER))
-        self.assertEqual(self.release("y", "t", 1, done=0), 0)
+        self.assertEqual(self.release("y", "t", f(1), done=0), 0)
         self.assertEqual(self.r("EXISTS", "lockbroker:{y}"), 1)
-        self.assertEqual(self.release("y", "t", 1, done=1), 1)
+        self.assertEqual(self.release("y", "t", f(1), done=1), 1)
 
     def test_share_limit_and_writer(self):
         def share(tok, mode="LIMIT=2", n=2):
             return self.run_script("share", "m", tok, 10000, 700,
-                                   info(mode), mode, n, CH, "m")
-        self.assertEqual(share("a"), [1, 1])
-        self.assertEqual(share("b"), [1, 2])
+                                   info(mode), mode, n, CH, "m", INC, "")
+        self.assertEqual(share("a"), [1, f(1)])
+        self.assertEqual(share("b"), [1, f(2)])
         self.assertEqual(share("c")[0], 0)
         self.assertEqual(share("c", "SHARED", 0), [3, 2])
         self.assertEqual(self.r("GET", "lockbroker:{m}"), "=shared")
         w = self.acquire("m", "w", mark=700)
         self.assertEqual((w[0], w[3]), (0, 1))
         self.assertEqual(self.r("EXISTS", "lockbroker:{m}:writer"), 1)
-        self.assertEqual(self.release("m", "a", fence=2), 0)
-        self.assertEqual(self.release("m", "a", fence=1), 1)
+        self.assertEqual(self.release("m", "a", fence=f(2)), 0)
+        self.assertEqual(self.release("m", "a", fence=f(1)), 1)
 
     def test_tickets_queue_and_hand_over(self):
         """A refused try with a ticket takes its place; a free name goes to
@@ -140,7 +159,7 @@ class Scripts(BrokerTest):
         broker's ticket with its own ttl (the reply says which), another's
         with at most the handoff and a message on its channel."""
         q = "lockbroker:{q}:queue"
-        self.assertEqual(self.acquire("q", "h"), [1, 1])
+        self.assertEqual(self.acquire("q", "h"), [1, f(1)])
         r = self.acquire("q", "a", mark=700, ticket=ME + "#5", least=5)
         self.assertEqual(r[0], 0)
         r = self.acquire("q", "b", ttl=60000, mark=700,
@@ -149,15 +168,15 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#5", OTHER + "#1"])
         # A ticket needs no announcement: no :waiters mark.
         self.assertEqual(self.r("EXISTS", "lockbroker:{q}:waiters"), 0)
-        self.assertEqual(self.release("q", "h", 1), [1, 2, 5, "a"])
+        self.assertEqual(self.release("q", "h", f(1)), [1, f(2), 5, "a"])
         self.assertTrue(self.r("GET", "lockbroker:{q}").startswith("a "))
         self.assertGreater(self.r("PTTL", "lockbroker:{q}"), 9000)
         sub = Resp(self.redis.port)
         self.addCleanup(sub.close)
         sub("SUBSCRIBE", "lockbroker:to:" + OTHER)
-        self.assertEqual(self.release("q", "a", 2), [1, 3, 0])
+        self.assertEqual(self.release("q", "a", f(2)), [1, f(3), 0])
         self.assertEqual(sub._read(), ["message", "lockbroker:to:" + OTHER,
-                                       "q 1 3 b"])
+                                       "q 1 %d b" % f(3)])
         self.assertLessEqual(self.r("PTTL", "lockbroker:{q}"), 300)
         self.assertEqual(self.r("ZCARD", q), 0)
         # The hand-over's lease ran out unconfirmed: the name is free, and
@@ -168,13 +187,13 @@ class Scripts(BrokerTest):
         self.assertEqual(self.acquire("q", "e", mark=700, ticket=ME + "#6",
                                       least=6)[0], 0)
         self.assertEqual(self.acquire("q", "c", ticket=OTHER + "#2",
-                                      least=2), [1, 4])
+                                      least=2), [1, f(4)])
         self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#6"])
         # A ticket below its broker's least is dead: pruned, not handed.
         self.acquire("q", "f", mark=700, ticket=OTHER + "#3", least=3)
         self.acquire("q", "g", mark=700, ticket=OTHER + "#4", least=4)
-        self.assertEqual(self.release("q", "c", 4), [1, 5, 6, "e"])
-        self.assertEqual(self.release("q", "e", 5), [1, 6, 0])
+        self.assertEqual(self.release("q", "c", f(4)), [1, f(5), 6, "e"])
+        self.assertEqual(self.release("q", "e", f(5)), [1, f(6), 0])
         self.assertTrue(self.r("GET", "lockbroker:{q}").startswith("g "))
         # Nobody asked for longer than a live broker waits (Redis stood
         # still): every broker's time starts again, nobody is dropped.
@@ -194,19 +213,95 @@ class Scripts(BrokerTest):
     def test_extend_status_who_check_revoke(self):
         self.acquire("e", "t", ttl=60000)
         ext = lambda fence, ttl: self.run_script(
-            "extend", "e", "t", ttl, fence, ME, CH, "e")
-        self.assertEqual(ext(2, 1000), 0)
-        self.assertEqual(ext(1, 30000), 1)
-        st = self.run_script("status", "e", 1, "t")
+            "extend", "e", "t", ttl, fence, ME, CH, "e", INC)
+        check = lambda fence: self.run_script("check", "e", "t", fence, 0,
+                                              "", INC)
+        self.assertEqual(ext(f(2), 1000), 0)
+        self.assertEqual(ext(f(1), 30000), 1)
+        st = self.run_script("status", "e", f(1), "t")
         self.assertEqual(st[0], 1)
-        self.assertEqual(st[2:], [1, 1, -1, 1])
-        self.assertEqual(self.run_script("status", "e", 1, "u")[5], 0)
+        self.assertEqual(st[2:], [f(1), 1, -1, 1])
+        self.assertEqual(self.run_script("status", "e", f(1), "u")[5], 0)
         who = self.run_script("who", "e")
-        self.assertEqual(who[1], "1 " + info())
-        self.assertEqual(self.run_script("check", "e", "t", 1), [1])
-        self.assertEqual(self.run_script("check", "e", "t", 2), [0, 0])
+        self.assertEqual(who[1], "%d %s" % (f(1), info()))
+        self.assertEqual(check(f(1)), [1])
+        self.assertEqual(check(f(2)), [0, 0])
         self.assertEqual(self.run_script("revoke", "e", CH, "e", 5000), 1)
-        self.assertEqual(self.run_script("check", "e", "t", 1), [0, 1])
+        self.assertEqual(check(f(1)), [0, f(1)])
+
+    def test_fence_is_at_least_redis_clock(self):
+        """A counter below Redis's clock in µs (or gone) gives the clock."""
+        t = self.r("TIME")
+        now = int(t[0]) * 10 ** 6 + int(t[1])
+        self.r("SET", "lockbroker:{k}:fence", 5)
+        g = self.acquire("k", "t")
+        self.assertEqual(g[0], 1)
+        self.assertGreaterEqual(g[1], now)
+        self.assertLess(g[1], now + 60 * 10 ** 6)
+        self.assertEqual(int(self.r("GET", "lockbroker:{k}:fence")), g[1])
+        self.assertEqual(self.release("k", "t", g[1]), 1)
+        self.assertGreater(self.acquire("k", "t")[1], g[1])
+
+    def test_gate(self):
+        """Nothing is granted (or extended, or checked) for a broker whose
+        incarnation is not the marker's, nor granted in a grace period."""
+        self.assertEqual(self.acquire("g", "t", inc="old"), [-1, 0])
+        # Another Redis process than the marker was confirmed on.
+        self.r("HSET", MARK, "runid", "run-a")
+        self.assertEqual(self.acquire("g", "t", rid="run-b"), [-1, 0])
+        self.assertEqual(self.acquire("g", "t", rid="run-a")[0], 1)
+        self.assertEqual(self.release("g", "t"), 1)
+        self.assertEqual(self.r("EXISTS", "lockbroker:{g}"), 0)
+        self.r("DEL", MARK)
+        self.assertEqual(self.acquire("g", "t"), [-1, 0])
+        self.r("HSET", MARK, "id", INC, "grace", 2 ** 52)
+        r = self.acquire("g", "t")
+        self.assertEqual(r[0], -2)
+        self.assertGreater(r[1], 10 ** 9)
+        share = self.run_script("share", "g", "t", 1000, 0, info("SHARED"),
+                                "SHARED", 0, CH, "g", INC, "")
+        self.assertEqual(share[0], -2)
+        self.assertEqual(self.r("EXISTS", "lockbroker:{g}"), 0)
+        self.assertEqual(self.run_script("extend", "g", "t", 1000, 0, ME, CH,
+                                         "g", "old"), -1)
+        self.assertEqual(self.run_script("check", "g", "t", 1, 0, "", "old"),
+                         [-1, 0])
+
+    def test_incarnation(self):
+        """Made when missing or confirmed on another Redis process; kept
+        (with what is left of its grace period) otherwise."""
+        self.r("DEL", MARK)
+        made = self.run_script("incarnation", "", "run-a", 5000)
+        self.assertEqual((made[1], made[2]), (5000, 1))
+        same = self.run_script("incarnation", "", "run-a", 5000)
+        self.assertEqual((same[0], same[2]), (made[0], 0))
+        self.assertLessEqual(same[1], 5000)
+        self.assertEqual(self.run_script("incarnation", "", "", 5000)[0],
+                         made[0])      # a broker that may not read run_id
+        other = self.run_script("incarnation", "", "run-b", 300)
+        self.assertNotEqual(other[0], made[0])
+        self.assertEqual((other[1], other[2]), (300, 1))
+        self.assertEqual(self.r("HGET", MARK, "runid"), "run-b")
+
+    def test_check_puts_a_forgotten_hold_back_in_the_grace_period(self):
+        entry = "t " + info()
+        put = lambda fence, inc=INC: self.run_script(
+            "check", "p", "t", fence, 30000, entry, inc)
+        self.r("HSET", MARK, "grace", "0")
+        self.assertEqual(put(f(3)), [0, 0])      # no grace period: lost
+        self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
+        t = self.r("TIME")
+        self.r("HSET", MARK, "grace", int(t[0]) * 1000 + 60000)
+        self.assertEqual(put(f(3)), [1])
+        self.assertEqual(self.r("GET", "lockbroker:{p}"), entry)
+        self.assertEqual(int(self.r("GET", "lockbroker:{p}:fence")), f(3))
+        self.assertGreater(self.r("PTTL", "lockbroker:{p}"), 29000)
+        self.assertEqual(put(f(3)), [1])         # held: nothing to do
+        self.assertEqual(put(f(2)), [0, 0])      # not its fence
+        self.r("DEL", "lockbroker:{p}")
+        self.r("SET", "lockbroker:{p}:fence", f(5))
+        self.assertEqual(put(f(3)), [0, 0])      # a newer grant came
+        self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
 
     def test_errors_name_the_lua_file_and_line(self):
         """Lines of a script are lines of its file (an include is joined
@@ -217,11 +312,13 @@ class Scripts(BrokerTest):
         self.r("SET", "lockbroker:{w}", "=shared")
         self.r("SET", "lockbroker:{w}:holders", "not a set")
         err = self.run_script("share", "w", "t", 1000, 0, info("SHARED"),
-                              "SHARED", 0, CH, "w")
+                              "SHARED", 0, CH, "w", INC, "")
         self.assertIsInstance(err, RuntimeError)
         self.assertIn("user_script:%d" % line, str(err))
         c = self.client()
-        self.assertRegex(c.cmd("ACQUIRE w SHARED WAIT 0"), r"^ERR INTERNAL ")
+        # (a wait: the broker learns the tests' incarnation id first)
+        self.assertRegex(c.cmd("ACQUIRE w SHARED WAIT 5000"),
+                         r"^ERR INTERNAL ")
         wait_for(lambda: "src/lua/share.lua:%d" % line in
                  self.broker.logtext())
 

@@ -4,8 +4,10 @@ follows it when the Sentinel fails over to the replica."""
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -30,28 +32,41 @@ def master_and_replica(test, prefix):
              test.replica("INFO", "replication"), 10)
 
 
+def start_sentinel(test):
+    """test.sport and test.sentinel: one Sentinel watching test.master
+    (fails over after 300 ms down), stopped after the test."""
+    test.sport = free_port()
+    conf = os.path.join(test.tmpdir, "sentinel.conf")
+    with open(conf, "w") as f:
+        f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                "sentinel down-after-milliseconds mymaster 300\n"
+                "sentinel failover-timeout mymaster 3000\n"
+                % (test.sport, test.tmpdir, test.master.port))
+    test.sentinel = subprocess.Popen(
+        [REDIS_SERVER, conf, "--sentinel", "--logfile",
+         os.path.join(test.tmpdir, "sentinel.log")],
+        stdout=subprocess.DEVNULL)
+    test.addCleanup(test.sentinel.wait)
+    test.addCleanup(test.sentinel.kill)
+
+    def replicas():
+        r = Resp(test.sport)
+        try:
+            return r("SENTINEL", "replicas", "mymaster")
+        finally:
+            r.close()
+    wait_for(replicas, 15)
+
+
 class Sentinel(unittest.TestCase):
 
     def setUp(self):
         master_and_replica(self, "lbsentinel-")
-        self.sport = free_port()
-        conf = os.path.join(self.tmpdir, "sentinel.conf")
-        with open(conf, "w") as f:
-            f.write("port %d\nbind 127.0.0.1\ndir %s\n"
-                    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
-                    "sentinel down-after-milliseconds mymaster 300\n"
-                    "sentinel failover-timeout mymaster 3000\n"
-                    % (self.sport, self.tmpdir, self.master.port))
-        self.sentinel = subprocess.Popen(
-            [REDIS_SERVER, conf, "--sentinel", "--logfile",
-             os.path.join(self.tmpdir, "sentinel.log")],
-            stdout=subprocess.DEVNULL)
-        self.addCleanup(self._stop_sentinel)
-        wait_for(lambda: self._sentinel("SENTINEL", "replicas", "mymaster"),
-                 15)
+        start_sentinel(self)
         redis = {"sentinels": ["127.0.0.1:%d" % self.sport],
                  "master_name": "mymaster", "reconnect_min_ms": 50,
-                 "reconnect_max_ms": 500}
+                 "reconnect_max_ms": 500, "trust_ms": 1000}
         self.broker = Broker(self.tmpdir, self.master.port,
                              {"redis": redis})
         self.addCleanup(self._stop_broker, self.broker)
@@ -59,17 +74,6 @@ class Sentinel(unittest.TestCase):
                               {"redis": dict(redis, wait_replicas=1)},
                               name="waiting")
         self.addCleanup(self._stop_broker, self.waiting)
-
-    def _sentinel(self, *args):
-        r = Resp(self.sport)
-        try:
-            return r(*args)
-        finally:
-            r.close()
-
-    def _stop_sentinel(self):
-        self.sentinel.kill()
-        self.sentinel.wait()
 
     def _stop_broker(self, broker):
         self.assertEqual(broker.stop(), 0)
@@ -108,6 +112,120 @@ class Sentinel(unittest.TestCase):
         wait_for(lambda: self.replica("EXISTS", "lockbroker:{b}") == 0, 2)
         c.close()
         w.close()
+
+
+class Link(threading.Thread):
+    """A TCP forwarder between a replica and its master; frozen, it drops
+    what the master sends, as a lagging link loses it: the replica then
+    misses writes it never learns of."""
+
+    def __init__(self, upstream_port):
+        super().__init__(daemon=True)
+        self.upstream = upstream_port
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.port = self.lsock.getsockname()[1]
+        self.frozen = False
+        self.start()
+
+    def run(self):
+        while True:
+            try:
+                down, _ = self.lsock.accept()
+                up = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                return
+            for src, dst, drop in ((down, up, False), (up, down, True)):
+                threading.Thread(target=self.pump, args=(src, dst, drop),
+                                 daemon=True).start()
+
+    def pump(self, src, dst, drop):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if not (drop and self.frozen):
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.lsock.close()
+
+
+class LaggingFailover(unittest.TestCase):
+    """Sentinel promotes a replica that missed the last grant (issue 15's
+    first row): nobody else is granted that name while its holder has not
+    been told EVENT LOST, and the new grant's fence is higher."""
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lblag-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
+        os.mkdir(mdir)
+        os.mkdir(rdir)
+        self.master = Redis(mdir)
+        self.addCleanup(self.master.kill)
+        self.link = Link(self.master.port)
+        self.addCleanup(self.link.close)
+        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
+                                          str(self.link.port)])
+        self.addCleanup(self.replica.kill)
+        wait_for(lambda: "master_link_status:up" in
+                 self.replica("INFO", "replication"), 10)
+        start_sentinel(self)
+        self.broker = Broker(self.tmpdir, self.master.port, {"redis": {
+            "sentinels": ["127.0.0.1:%d" % self.sport],
+            "master_name": "mymaster", "reconnect_min_ms": 50,
+            "reconnect_max_ms": 300, "trust_ms": 3000}})
+        self.addCleanup(lambda: self.assertEqual(self.broker.stop(), 0))
+
+    def test_promoted_replica_missed_a_grant(self):
+        a, b, c = (self.broker.client() for _ in range(3))
+        for x in (a, b, c):
+            self.addCleanup(x.close)
+        old = a.cmd("ACQUIRE kept TTL 60000")
+        self.assertRegex(old, r"^OK ")
+        self.assertEqual(self.master("WAIT", 1, 2000), 1)
+        self.link.frozen = True
+        lag = b.cmd("ACQUIRE lag TTL 60000")
+        self.assertRegex(lag, r"^OK ")
+        time.sleep(0.2)
+        self.assertIsNone(self.replica("GET", "lockbroker:{lag}"))
+        self.master.kill()
+        wait_for(lambda: "(switched)" in self.broker.logtext(), 20)
+        # Refused while the broker learns of the new master's incarnation
+        # and its grace period runs; then either b has it back (TIMEOUT)
+        # or b was told, and c gets it with a higher fence.
+        end = time.monotonic() + 15
+        r = "ERR UNAVAILABLE"
+        while time.monotonic() < end and r.startswith("ERR UNAVAILABLE"):
+            time.sleep(0.05)
+            r = c.cmd("ACQUIRE lag WAIT 0")
+        self.assertIn(r.split()[0], ("OK", "TIMEOUT"), r)
+        got = r if r.startswith("OK ") else None
+        b.sock.settimeout(0.5)
+        told = []
+        try:
+            while True:
+                told.append(b.line())
+        except OSError:
+            pass
+        if got is not None:
+            self.assertIn("EVENT LOST lag %s unavailable" % lag.split()[1],
+                          told)
+            self.assertGreater(int(got.split()[1]), int(lag.split()[1]))
+        else:  # put back in the grace period: b keeps it
+            self.assertEqual(told, [])
+            self.assertIn("LOCK lag %s" % lag.split()[1],
+                          " ".join(b.until_end("LOCKS")))
 
 
 class ReplicatedRenewals(unittest.TestCase):

@@ -38,7 +38,7 @@ class NewsBeforeAnswer(TruthBase):
             time.sleep(0.05)
             z.send("RELEASE x%d TOKEN T%d" % (i, i))
             woke()
-            self.assertEqual(fence_of(a.line()), 1)
+            self.assertGreater(fence_of(a.line()), 0)
             self.assertEqual(z.line(), "OK")
             self.assert_lost(a, "x%d" % i, ("revoked",), 2 * LATE)
             self.assertEqual(locks_of(a), [])
@@ -51,7 +51,7 @@ class SameTokenBookkeeping(TruthBase):
         """A token asking for its name in the other family gets ERR ARGS
         and keeps what it holds: its request changes no lease."""
         a = self.client()
-        self.assertEqual(fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T")), 1)
+        f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
         self.assertEqual(a.cmd("ACQUIRE x SHARED TTL 100 TOKEN T"),
                          "ERR ARGS this token holds it exclusively")
         time.sleep(0.4)
@@ -64,7 +64,7 @@ class SameTokenBookkeeping(TruthBase):
         connection while it is in Redis: the grant nobody wants is
         released, not left for its whole lease."""
         a, c = self.client(), self.client()
-        self.assertEqual(fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T")), 1)
+        f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
         woke = self.stall_redis(0.3)
         a.send("ACQUIRE x TTL 60000 TOKEN T")
         time.sleep(0.05)
@@ -74,19 +74,19 @@ class SameTokenBookkeeping(TruthBase):
         self.clients.remove(a)
         woke()
         wait_for(lambda: self.redis("EXISTS", KEY % "x") == 0, 5 * SLOW)
-        self.assertEqual(fence_of(c.cmd("ACQUIRE x WAIT 0")), 2)
+        self.assertGreater(fence_of(c.cmd("ACQUIRE x WAIT 0")), f1)
 
     def test_release_tells_the_tokens_other_holds_when_sent(self):
         """A RELEASE by token from another connection: the holder is told
         when it is sent, not after Redis answers (the grant may be gone at
         any moment from then)."""
         a, b = self.client(), self.client()
-        self.assertEqual(fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T")), 1)
+        f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
         woke = self.stall_redis(1)
         b.send("RELEASE x TOKEN T")
         line, _ = read_until(a, LOST_RE, 0.5 * LATE)
         self.assertIsNotNone(line, "not told while Redis ran the RELEASE")
-        self.assertEqual(line, "EVENT LOST x 1 revoked")
+        self.assertEqual(line, "EVENT LOST x %d revoked" % f1)
         woke()
         self.assertEqual(b.line(), "OK")
 
@@ -114,13 +114,13 @@ class Replicated(TruthBase):
         but misses redis.wait_replicas: the grant it shares with the hold
         is not released."""
         z, a, b = self.client(), self.client(), self.client()
-        self.assertEqual(fence_of(z.cmd("ACQUIRE x TOKEN Z")), 1)
+        f1 = fence_of(z.cmd("ACQUIRE x TOKEN Z"))
         a.send("ACQUIRE x TOKEN T WAIT 30000")
         time.sleep(0.2)
         b.send("ACQUIRE x TOKEN T WAIT 30000")
         time.sleep(0.2)
         self.assertEqual(z.cmd("RELEASE x"), "OK")
-        self.assertEqual(fence_of(a.line()), 2)
+        self.assertGreater(fence_of(a.line()), f1)
         self.replica.proc.send_signal(signal.SIGSTOP)
         self.assertRegex(b.line(), r"^ERR UNAVAILABLE ")
         self.assertIsNotNone(self.redis("GET", KEY % "x"),
@@ -137,8 +137,8 @@ class CrossBrokerExpiry(TruthBase):
         not release what B still holds."""
         other = self.start_broker(self.conf, name="other")
         a, b = self.client(), self.client(other)
-        self.assertEqual(fence_of(a.cmd("ACQUIRE x TTL 1000 TOKEN T")), 1)
-        self.assertEqual(fence_of(b.cmd("ACQUIRE x TTL 60000 TOKEN T")), 1)
+        f1 = fence_of(a.cmd("ACQUIRE x TTL 1000 TOKEN T"))
+        self.assertEqual(fence_of(b.cmd("ACQUIRE x TTL 60000 TOKEN T")), f1)
         self.assert_lost(a, "x", ("expired",), 3 * LATE)
         time.sleep(0.3)
         self.assertEqual(drain(b, 0.2), [])

@@ -127,7 +127,7 @@ class Waiting(BrokerTest):
         self.assertEqual(self.evalsha_calls(), calls + 1)
         self.assertEqual(self.redis("ZCARD", "lockbroker:{ho}:queue"), 1)
         self.assertEqual(a.cmd("RELEASE ho"), "OK")
-        self.assertEqual(int(b.line().split()[1]), fence + 1)
+        self.assertGreater(int(b.line().split()[1]), fence)
         # One script did it (release and grant): never free, nothing said.
         self.assertEqual(self.evalsha_calls(), calls + 2)
         self.assertEqual(self.redis("ZCARD", "lockbroker:{ho}:queue"), 0)

@@ -20,6 +20,8 @@ static struct {
 	bool up;
 	char broker[128];
 	uint64_t handoff_ms;
+	lockdb_inc_fn *inc_fn;
+	unsigned inc_asks;
 } fake = { .up = true };
 
 static void
@@ -99,7 +101,7 @@ lockdb_allow_eviction(bool allow)
 
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms)
+    uint64_t live_ms, uint64_t grace_ms)
 {
 	fake_init_once();
 	snprintf(fake.broker, sizeof fake.broker, "%s", broker);
@@ -165,13 +167,28 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 }
 
 void
-lockdb_check(const char *name, const char *token, uint64_t fence, lockdb_cb *cb,
-    void *arg)
+lockdb_check(const char *name, const char *token, uint64_t fence,
+    uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
 	struct fake_call *c = fake_call_new(FAKE_CHECK, name, cb, arg);
 
 	fake_set_token(c, token);
 	c->fence = fence;
+	c->ttl_ms = info != NULL ? restore_ms : 0;
+	snprintf(c->ask_info, sizeof c->ask_info, "%s",
+	    info != NULL ? info : "");
+}
+
+void
+lockdb_on_incarnation(lockdb_inc_fn *fn)
+{
+	fake.inc_fn = fn;
+}
+
+void
+lockdb_incarnation(void)
+{
+	fake.inc_asks++;
 }
 
 void
@@ -209,6 +226,8 @@ fake_reset(void)
 	fake.connect = NULL;
 	fake.connect_arg = NULL;
 	fake.up = true;
+	fake.inc_fn = NULL;
+	fake.inc_asks = 0;
 }
 
 unsigned
@@ -336,6 +355,22 @@ fake_connect(void)
 {
 	if (fake.connect != NULL)
 		fake.connect(fake.connect_arg);
+}
+
+void
+fake_incarnation(bool first, bool changed, uint64_t grace_ms,
+    uint64_t sent_ms)
+{
+	struct lockdb_inc inc = { first, changed, grace_ms, sent_ms };
+
+	if (fake.inc_fn != NULL)
+		fake.inc_fn(&inc);
+}
+
+unsigned
+fake_incarnation_asks(void)
+{
+	return fake.inc_asks;
 }
 
 void

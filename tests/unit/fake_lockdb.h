@@ -46,7 +46,7 @@ struct fake_call {
 	char token[PROTO_TOKEN_MAX + 1];
 	bool has_token;
 	uint64_t fence;
-	uint64_t ttl_ms;       /* EXTEND */
+	uint64_t ttl_ms;       /* EXTEND; CHECK: restore_ms (0: none) */
 	uint64_t done_ms;      /* RELEASE */
 	enum lockdb_done done; /* RELEASE */
 	uint64_t keep_ms;      /* REVOKE */
@@ -89,6 +89,11 @@ void fake_handed(
     const char *name, uint64_t ticket, uint64_t fence, const char *token);
 /* The command connection was (re)made. */
 void fake_connect(void);
+/* incarnation.lua answered (lockdb_on_incarnation's callback). */
+void fake_incarnation(bool first, bool changed, uint64_t grace_ms,
+    uint64_t sent_ms);
+/* How many times the engine asked for the incarnation. */
+unsigned fake_incarnation_asks(void);
 /* What lockdb_up() answers (true after fake_reset). */
 void fake_set_up(bool up);
 

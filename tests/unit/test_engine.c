@@ -2443,6 +2443,97 @@ START_TEST(test_later_writer_asks_before_earlier_reader)
 }
 END_TEST
 
+/* Redis vouches for the holds (incarnation answers) and then falls
+ * silent: after redis.trust_ms every hold is lost, and released. */
+START_TEST(test_trust_runs_out)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	uint64_t t0;
+
+	cf.redis.trust_ms = 100;
+	fake_incarnation(true, true, 0, mono_ms());
+	hold(1, "a", &a, 7);
+	for (int i = 0; i < 6; i++) { /* answers keep it */
+		run_ms(40);
+		fake_incarnation(false, false, 0, mono_ms());
+	}
+	ck_assert_str_eq(told_take(), "");
+	t0 = mono_ms();
+	ck_assert(wait_told(1));
+	ck_assert_uint_ge(mono_ms() - t0, 95);
+	ck_assert_str_eq(told_take(), "1 LOST a 7 unavailable");
+	ck_assert_uint_eq(expect(FAKE_RELEASE, "a")->fence, 7);
+}
+END_TEST
+
+/* A new incarnation: each hold asks to be put back (an exclusive one
+ * with its entry and what is left of its validity, a shared one only
+ * asks); back, it stays; not held, it is lost; unanswered until the old
+ * incarnation's last answer stops vouching, it is lost too, although the
+ * new incarnation's answers vouch for the rest. */
+START_TEST(test_new_incarnation)
+{
+	struct lock_acquire_args a = args(60000, -1), s = args(60000, -1);
+	struct fake_call *c;
+	uint64_t t0;
+
+	cf.redis.trust_ms = 300;
+	s.mode = LOCK_SHARED;
+	fake_incarnation(true, true, 0, mono_ms());
+	hold(1, "a", &a, 7);
+	hold(2, "s", &s, 8);
+	hold(3, "q", &a, 9);
+	t0 = mono_ms();
+	fake_incarnation(false, true, 300, t0);
+	c = expect_find(FAKE_CHECK, "a");
+	ck_assert_uint_eq(c->fence, 7);
+	ck_assert_uint_gt(c->ttl_ms, 50000);
+	ck_assert_msg(strncmp(c->ask_info, "EXCLUSIVE ", 10) == 0, "%s",
+	    c->ask_info);
+	fake_reply(c, LDB_OK);
+	c = expect_find(FAKE_CHECK, "s");
+	ck_assert_uint_eq(c->ttl_ms, 0);
+	fake_reply(c, LDB_NO);
+	ck_assert_str_eq(told_take(), "2 LOST s 8 unavailable");
+	c = expect_find(FAKE_CHECK, "q"); /* never answered */
+	while (mono_ms() - t0 < 280) {
+		run_ms(40);
+		fake_incarnation(false, false, 0, mono_ms());
+	}
+	ck_assert(wait_told(1));
+	ck_assert_uint_ge(mono_ms() - t0, 295);
+	ck_assert_str_eq(told_take(), "3 LOST q 9 unavailable");
+	ck_assert_ptr_nonnull(hold_of(1, "a"));
+}
+END_TEST
+
+/* A grant asked for before a new incarnation was learned, answered
+ * after: it is of the old one, and asks to be put back. */
+START_TEST(test_grant_from_before_new_incarnation)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	struct fake_call *c;
+
+	cf.redis.trust_ms = 300;
+	fake_incarnation(true, true, 0, mono_ms());
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	run_ms(5);
+	fake_incarnation(false, true, 300, mono_ms());
+	fake_grant(c, 4);
+	ck_assert_msg(hold_of(1, "a") != NULL, "%s", told_take());
+	c = expect_find(FAKE_CHECK, "a");
+	ck_assert_uint_gt(c->ttl_ms, 0);
+	fake_reply(c, LDB_OK);
+	for (int i = 0; i < 9; i++) { /* past the stale holds' end */
+		run_ms(40);
+		fake_incarnation(false, false, 0, mono_ms());
+	}
+	ck_assert_ptr_nonnull(hold_of(1, "a"));
+	ck_assert_str_eq(told_take(), "1 OK fence=4 ttl=60000");
+}
+END_TEST
+
 static Suite *
 engine_suite(void)
 {
@@ -2523,6 +2614,9 @@ engine_suite(void)
 	tcase_add_test(tc, test_renewal_during_own_status);
 	tcase_add_test(tc, test_later_writer_asks_before_earlier_reader);
 	LOOP(test_acquire_bad_args, badargs);
+	tcase_add_test(tc, test_trust_runs_out);
+	tcase_add_test(tc, test_new_incarnation);
+	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 #undef LOOP
 	suite_add_tcase(s, tc);
 	return s;

@@ -1,0 +1,27 @@
+-- incarnation: which incarnation of the lock data this Redis serves, and
+-- whether grants must wait (docs/protocol.md §8, "When Redis forgets").
+--
+-- The marker is a hash: id (Redis's TIME in microseconds when it was
+-- made), runid (the run_id of the Redis process it was last confirmed on)
+-- and grace (ms on TIME's clock until which nothing is granted). It is
+-- made anew when it is missing (a first start, FLUSHALL, a restart without
+-- persistence, eviction) or when another Redis process serves it than the
+-- one that last did (a failover, a restart): what that Redis has may be
+-- older than what was granted. Then every grant waits grace ms (at least
+-- the longest a broker trusts its holds without hearing this marker), and
+-- brokers put their holds back meanwhile (check.lua).
+--
+-- KEYS: /incarnation
+-- ARGV: run_id ("" when the broker may not read it), grace (ms)
+-- Returns {id, ms of the grace period left, 1 if made now else 0}.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace')
+if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
+  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0}
+end
+local id = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
+  string.format('%d', now + tonumber(ARGV[2])))
+return {id, tonumber(ARGV[2]), 1}

@@ -1,0 +1,20 @@
+-- Fences: a name's next fence is its counter + 1, or Redis's clock in
+-- microseconds when that is higher. A counter Redis forgot (a failover to
+-- a replica that missed it, a restart without persistence, FLUSHALL) then
+-- still gives fences above every one granted before, as long as the
+-- clocks of the Redis hosts agree within the grace period that follows
+-- such a loss (docs/operations.md, "When Redis forgets"). 2^53
+-- microseconds is the year 2255: fences stay exact in every language's
+-- numbers. Returns the fence, or the INCR's error (a counter that is not
+-- an integer), having changed nothing.
+local function next_fence(k)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f = redis.pcall('INCR', k)
+  if type(f) ~= 'number' then return f end
+  if f < now then
+    redis.call('SET', k, string.format('%d', now))
+    f = now
+  end
+  return f
+end

@@ -1,0 +1,18 @@
+-- The incarnation gate (docs/protocol.md §8, "When Redis forgets"): a
+-- grant needs the marker k to name the incarnation inc its broker knows,
+-- confirmed on the Redis process rid its connection found (INFO's run_id:
+-- a promoted replica has its master's marker, but not its run_id; "" when
+-- the broker may not read it), and that incarnation's grace period to be
+-- over. gate(k, inc, rid) is nil when it is open, else the reply to give:
+-- {-1, 0} when the marker is gone or names another incarnation or Redis
+-- (the broker asks incarnation.lua), {-2, ms} while the grace period has
+-- ms left.
+local function gate(k, inc, rid)
+  local m = redis.call('HMGET', k, 'id', 'grace', 'runid')
+  if m[1] ~= inc or (rid ~= '' and m[3] ~= rid) then return {-1, 0} end
+  local t = redis.call('TIME')
+  local left = tonumber(m[2] or '0') -
+    (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if left > 0 then return {-2, left} end
+  return nil
+end

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""When Redis forgets (docs/protocol.md §8, docs/operations.md): FLUSHALL, a
+restart without persistence, a failover to a replica that missed writes.
+Nobody is granted a name in the grace period that follows, holders get their
+locks back (or are told EVENT LOST before anyone else is granted), fences
+never repeat or go back, and a broker that cannot hear Redis stops trusting
+its holds after redis.trust_ms."""
+
+import os
+import signal
+import time
+
+from lbtest import LATE, Broker, BrokerTest, Redis, main, wait_for
+
+TRUST_MS = 600
+CONF = {"redis": {"trust_ms": TRUST_MS}}
+GRACE_S = TRUST_MS * 1.02 / 1000.0
+
+
+def fence_of(reply):
+    assert reply.startswith("OK "), reply
+    return int(reply.split()[1])
+
+
+def locks_of(c):
+    return [l.split()[1] for l in c.until_end("LOCKS")
+            if l.startswith("LOCK ")]
+
+
+class Forget(BrokerTest):
+    conf = CONF
+
+    def refused_until_grace_ends(self, c, name):
+        """ACQUIRE name WAIT 0 is never OK while the grace period runs;
+        returns its answer once that is no longer ERR UNAVAILABLE."""
+        end = time.monotonic() + GRACE_S + 5
+        seen = []
+        while time.monotonic() < end:
+            r = c.cmd("ACQUIRE %s WAIT 0" % name)
+            self.assertFalse(r.startswith("OK "), (r, seen))
+            if not r.startswith("ERR UNAVAILABLE"):
+                return r, seen
+            seen.append(r)
+            time.sleep(0.02)
+        self.fail("still refused after the grace period: %r" % seen[-3:])
+
+    def test_fence_is_redis_clock_in_microseconds(self):
+        a = self.client()
+        before = int(time.time() * 1e6)
+        f1 = fence_of(a.cmd("ACQUIRE clock"))
+        self.assertGreaterEqual(f1, before - 5000000)
+        self.assertLess(f1, 2 ** 53)
+        self.assertEqual(a.cmd("RELEASE clock"), "OK")
+        self.assertGreater(fence_of(a.cmd("ACQUIRE clock")), f1)
+
+    def test_flushall_holders_keep_their_locks_and_nobody_else_gets_them(self):
+        a, s, b = self.client(), self.client(), self.client()
+        fa = fence_of(a.cmd("ACQUIRE fx TTL 30000"))
+        fs = fence_of(s.cmd("ACQUIRE fs"))          # a session lock
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        r, seen = self.refused_until_grace_ends(b, "fx")
+        self.assertEqual(r, "TIMEOUT")              # a has it back
+        self.assertTrue(seen, "no grace period was seen")
+        self.assertIn("grace period", seen[-1])
+        self.assertEqual(b.cmd("ACQUIRE fs WAIT 0"), "TIMEOUT")
+        self.assertEqual(locks_of(a), ["fx"])
+        self.assertEqual(locks_of(s), ["fs"])
+        who = b.until_end("WHO fx")
+        self.assertEqual(who[0].split()[1], str(fa))
+        # A name granted now has a fence above every earlier one.
+        self.assertGreater(fence_of(b.cmd("ACQUIRE fnew")), max(fa, fs))
+        self.assertEqual(a.cmd("VALIDATE fx %d" % fa), "OK VALID")
+        self.assertEqual(a.cmd("RELEASE fx"), "OK")
+        self.assertEqual(s.cmd("RELEASE fs"), "OK")
+        self.assertNotIn("EVENT", a.buf.decode() + s.buf.decode())
+
+    def test_restart_without_persistence(self):
+        a, b = self.client(), self.client()
+        fa = fence_of(a.cmd("ACQUIRE rx TTL 30000"))
+        self.redis.kill()
+        self.redis.start()       # same port, empty, another run_id
+        wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
+        r, _ = self.refused_until_grace_ends(b, "rx")
+        self.assertEqual(r, "TIMEOUT")
+        self.assertEqual(locks_of(a), ["rx"])
+        self.assertGreater(fence_of(b.cmd("ACQUIRE rnew")), fa)
+        self.assertEqual(a.cmd("RELEASE rx"), "OK")
+        self.assertIn("incarnation", self.broker.logtext())
+
+    def test_two_brokers_flushall(self):
+        """The broker that did not notice first is gated in Redis too: it
+        grants nothing either until the grace period is over."""
+        other = self.start_broker(CONF, name="other")
+        a = self.client()
+        b = self.client(other)
+        fa = fence_of(a.cmd("ACQUIRE tb TTL 30000"))
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        r, _ = self.refused_until_grace_ends(b, "tb")
+        self.assertEqual(r, "TIMEOUT")
+        self.assertEqual(locks_of(a), ["tb"])
+        self.assertGreater(fence_of(b.cmd("ACQUIRE tb2")), fa)
+
+    def test_redis_silent_past_trust_ms_loses_every_hold(self):
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE quiet TTL 60000"), r"^OK ")
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            a.sock.settimeout(5)
+            line = a.line()
+            waited = time.monotonic() - t0
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
+        self.assertRegex(line, r"^EVENT LOST quiet \d+ unavailable$")
+        self.assertLess(waited, TRUST_MS / 1000.0 + 0.5 * LATE)
+        self.assertEqual(locks_of(a), [])
+
+
+class ForgetFresh(BrokerTest):
+    """A Redis no broker has used: its first incarnation has a grace
+    period too (nobody can tell it from one that forgot)."""
+
+    conf = {"redis": {"trust_ms": 3000}}
+
+    def setUp(self):
+        import shutil
+        import tempfile
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        self.redis = Redis(self.tmpdir, seed=False)
+        self.addCleanup(self.redis.kill)
+        self.clients, self.brokers = [], []
+        self.broker = self.start_broker(self.conf)
+
+    def test_first_grants_wait_for_the_grace_period(self):
+        c = self.client()
+        wait_for(lambda: "new lock data" in self.broker.logtext(), 5)
+        self.assertRegex(c.cmd("ACQUIRE first WAIT 0"),
+                         r"^ERR UNAVAILABLE .*grace period")
+        t0 = time.monotonic()
+        self.assertRegex(c.cmd("ACQUIRE first WAIT 10000"), r"^OK ")
+        self.assertGreater(time.monotonic() - t0, 1.0)
+        self.assertEqual(self.redis("HGET", "lockbroker:incarnation",
+                                    "runid"),
+                         self.redis("INFO", "server").split(
+                             "run_id:")[1].split("\r")[0])
+
+
+if __name__ == "__main__":
+    main()
