@@ -472,6 +472,8 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	} else if (req->wait_ms == 0 || r->status == LDB_INTERNAL) {
 		lockq_dequeue(req);
 		lockreq_answer_db_error(req, r);
+	} else if (r->pttl > 0) {
+		next = r->pttl; /* a grace period: over in pttl ms */
 	}
 	/* Redis trouble leaves a waiter queued: it waits to its deadline. */
 	if (!req->queued && !req->in_flight)

@@ -31,7 +31,8 @@
 --
 -- Nothing is granted (nor refused: the broker asks again) unless the
 -- incarnation marker names the broker's incarnation and its grace period
--- is over (lib/gate.lua).
+-- is over (lib/gate.lua). In a grace period a waiter with a ticket still
+-- takes its place in the queue, so the order of waiters survives it.
 --
 -- KEYS: lock fence queue tickets brokers waiters holders who writer /incarnation done fill
 --   (an exclusive ACQUIRE passes the first ten: it never reaches done, fill)
@@ -49,13 +50,14 @@
 -- include fence.lua
 -- include gate.lua
 local closed = gate(KEYS[10], ARGV[13], ARGV[14])
-if closed then return closed end
+if closed and closed[1] == -1 then return closed end
+if closed and ARGV[10] == '' then return closed end
 if ARGV[6] ~= '0' then
   local d = tonumber(redis.call('GET', KEYS[11]) or '0')
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
-if redis.call('EXISTS', KEYS[3]) == 0 and
+if not closed and redis.call('EXISTS', KEYS[3]) == 0 and
     redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
   local f = next_fence(KEYS[2])
   if type(f) ~= 'number' then
@@ -73,6 +75,13 @@ end
 local now = now_ms()
 local tk = ARGV[10]
 local first = qhead(KEYS[3], KEYS[4], KEYS[5], now, ARGV[12])
+if closed then -- a grace period: a waiter keeps its place, nothing more
+  if ARGV[3] ~= '0' then
+    qtake(KEYS[3], KEYS[4], KEYS[5], tk,
+      ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[11], ARGV[12], now)
+  end
+  return closed
+end
 local function refuse(pt, f, w)
   if ARGV[3] ~= '0' then
     -- A ticket needs no announcement: a release hands the name to it.

@@ -716,6 +716,11 @@ _OWN_STOPS = ("pause_broker", "kill_broker")
 # queue may stand still that long (the bound docs/protocol.md §4 states).
 # Not an excuse for an overtake, only for a long wait.
 HANDOVER_LEASE_S = 2.5
+# Redis restarted or forgot: the brokers see a new incarnation and grant
+# nothing for its grace period (redis.trust_ms 1000 of the chaos brokers,
+# stretched by 2 x clock_drift), from when the first of them noticed.
+FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall")
+GRACE_S = 1.0 * (1 + 2 * 0.01)
 DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
 
 
@@ -727,6 +732,8 @@ def _fair_excuse(w, faults, stalls=False):
     a, b = w["t_sent"], w["t_end"]
     for f in faults:
         k, heal = f["kind"], f.get("t_heal", float("inf")) + RESUBSCRIBE_S
+        if k in FORGET_KINDS:
+            heal += GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
             why = "its broker"
         elif k in LINK_KINDS and ("proxies" not in f or

@@ -258,6 +258,16 @@ class Scripts(BrokerTest):
         r = self.acquire("g", "t")
         self.assertEqual(r[0], -2)
         self.assertGreater(r[1], 10 ** 9)
+        # A waiter with a ticket keeps its place meanwhile; a try-once
+        # and a ticket-less waiter take none.
+        self.assertEqual(self.acquire("g", "w", mark=700, ticket=ME + "#3",
+                                      least=3)[0], -2)
+        self.assertEqual(self.acquire("g", "x", ticket=OTHER + "#1",
+                                      least=1)[0], -2)
+        self.assertEqual(self.r("ZRANGE", "lockbroker:{g}:queue", 0, -1),
+                         [ME + "#3"])
+        self.r("DEL", "lockbroker:{g}:queue", "lockbroker:{g}:tickets",
+               "lockbroker:{g}:brokers")
         share = self.run_script("share", "g", "t", 1000, 0, info("SHARED"),
                                 "SHARED", 0, CH, "g", INC, "")
         self.assertEqual(share[0], -2)
