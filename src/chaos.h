@@ -24,6 +24,9 @@ enum chaos_fault {
 				    another broker tells its holders nothing */
 	CHAOS_NO_TICKETS,	 /* exclusive waiters take no ticket: each
 				    broker's queue is its own again */
+	CHAOS_NO_GRACE,		 /* a new incarnation of the lock data grants
+				    again after 1 ms, not trust_ms, and
+				    the holds here are not asked again */
 };
 
 #if LB_CHAOS_FAULTS

@@ -638,7 +638,7 @@ lock_init(struct event_base *base, const struct config *config)
 	lockhold_init(base, cf, lockq_kick);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
 	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf),
-	    config_grace_ms(cf));
+	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf));
 	lockdb_allow_eviction(cf->redis.allow_eviction);
 	lockq_init(base, cf);
 }

@@ -25,6 +25,7 @@
 
 #include <event2/event.h>
 
+#include "chaos.h"
 #include "config.h"
 #include "lockdb.h"
 #include "lock_hold.h"
@@ -627,7 +628,7 @@ lockhold_incarnation_cb(const struct lockdb_inc *inc)
 {
 	uint64_t trust = (uint64_t)hold.cf->redis.trust_ms, now = mono_ms();
 
-	if (inc->changed && !inc->first) {
+	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
 		hold.changed_ms = now;
 		lockreq_timer(hold.stale_ev,
 		    hold.vouched_ms + trust > now ? hold.vouched_ms + trust - now

@@ -35,7 +35,8 @@ SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
 # fairness checker judges only outside faults of a waiter's broker, its
 # link or Redis: only stopped workers (which excuse their own waiters).
 SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
-                      "no_tickets": ("pause_worker",)}
+                      "no_tickets": ("pause_worker",),
+                      "no_grace": ("flushall", "wipe_redis")}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
