@@ -85,9 +85,12 @@ static struct {
 	char inc[32];	 /* the id this broker knows, "" until it knows one */
 	char runid[48];	 /* the command connection's Redis: "?" until INFO
 			    answers, "" if it may not be read */
-	char grace[24];	 /* ms a new incarnation refuses grants */
+	uint64_t grace_ms; /* a new incarnation refuses grants this long */
+	uint64_t lag_ms;   /* Redis's min-replicas-max-lag, when it has one */
+	char grace[24];	   /* grace_ms + lag_ms, as incarnation.lua takes it */
 	bool asking;	 /* an incarnation.lua is out */
 	bool checked;	 /* answered on this connection */
+	bool min_replicas; /* min-replicas-to-write > 0, as far as known */
 	lockdb_inc_fn *inc_fn;
 	char why[96];	 /* a gate's refusal, for lockdb_reply.why */
 } ldb;
@@ -212,20 +215,67 @@ lockdb_info_cb(const redisReply *r, void *arg)
 	ldb.runid[0] = '\0';
 	if ((p = strstr(r->str, "run_id:")) != NULL)
 		sscanf(p + strlen("run_id:"), "%47[0-9a-f]", ldb.runid);
+	if ((p = strstr(r->str, "connected_slaves:")) != NULL &&
+	    atoi(p + strlen("connected_slaves:")) > 0 && !ldb.min_replicas)
+		log_warnx(
+		    "redis: a master with replicas and min-replicas-to-write 0 (or unreadable): cut off from its replicas, it goes on granting after a failover (docs/operations.md, When Redis forgets)");
 	lockdb_incarnation();
+}
+
+/*
+ * min-replicas-to-write and -max-lag, asked at every connect before INFO
+ * (so known when incarnation.lua runs). A master cut off from its
+ * replicas then refuses writes after max-lag seconds, the brokers'
+ * incarnation heartbeat (a write) with them, and their holds end
+ * trust_ms later: a new incarnation's grace period covers both. Without
+ * it such a master goes on granting after a failover (split brain).
+ */
+static void
+lockdb_replicas_cb(const redisReply *r, void *arg)
+{
+	long long to_write = -1, lag = 0;
+
+	if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+		log_info("redis: CONFIG GET min-replicas-*: %s: cannot check the split-brain settings (docs/operations.md, When Redis forgets)",
+		    r != NULL && r->type == REDIS_REPLY_ERROR ? r->str
+							      : "not answered");
+		ldb.lag_ms = 0;
+	} else {
+		for (size_t i = 0; i + 1 < r->elements; i += 2) {
+			const redisReply *k = r->element[i], *v = r->element[i + 1];
+
+			if (k->type != REDIS_REPLY_STRING ||
+			    v->type != REDIS_REPLY_STRING)
+				continue;
+			if (strcmp(k->str, "min-replicas-to-write") == 0)
+				to_write = strtoll(v->str, NULL, 10);
+			else if (strcmp(k->str, "min-replicas-max-lag") == 0)
+				lag = strtoll(v->str, NULL, 10);
+		}
+		ldb.lag_ms = to_write > 0 && lag > 0 ? (uint64_t)lag * 1000 : 0;
+		ldb.min_replicas = to_write > 0;
+	}
+	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64,
+	    ldb.grace_ms + ldb.lag_ms);
 }
 
 static void
 lockdb_connected(void *arg)
 {
-	const char *argv[4] = { "INFO", "server", "memory", "persistence" };
-	size_t lens[4] = { 4, 6, 6, 11 };
+	const char *argv[5] = { "INFO", "server", "memory", "persistence",
+		"replication" };
+	size_t lens[5] = { 4, 6, 6, 11, 11 };
+	const char *cfg[4] = { "CONFIG", "GET", "min-replicas-to-write",
+		"min-replicas-max-lag" };
+	size_t clens[4] = { 6, 3, 21, 20 };
 
 	/* Unknown until INFO answers: no grant passes the gate meanwhile. */
 	snprintf(ldb.runid, sizeof ldb.runid, "?");
 	ldb.asking = false; /* an answer on the old connection is gone */
 	ldb.checked = false;
-	redisc_command(4, argv, lens, lockdb_info_cb, NULL);
+	ldb.min_replicas = false;
+	redisc_command(4, cfg, clens, lockdb_replicas_cb, NULL);
+	redisc_command(5, argv, lens, lockdb_info_cb, NULL);
 	if (ldb.up_fn != NULL)
 		ldb.up_fn(ldb.up_arg);
 }
@@ -777,8 +827,8 @@ void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
     uint64_t live_ms, uint64_t grace_ms)
 {
-	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64,
-	    grace_ms > 0 ? grace_ms : 1);
+	ldb.grace_ms = grace_ms > 0 ? grace_ms : 1;
+	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64, ldb.grace_ms);
 	ldb.prefix = prefix;
 	ldb.broker = broker;
 	snprintf(ldb.channel, sizeof ldb.channel, "%sreleased", prefix);

@@ -8,8 +8,11 @@
 -- persistence, eviction) or when another Redis process serves it than the
 -- one that last did (a failover, a restart): what that Redis has may be
 -- older than what was granted. Then every grant waits grace ms (at least
--- the longest a broker trusts its holds without hearing this marker), and
--- brokers put their holds back meanwhile (check.lua).
+-- the longest a broker trusts its holds without hearing this marker, and
+-- the time a master cut off from its replicas goes on taking writes), and
+-- brokers put their holds back meanwhile (check.lua). Each answer writes
+-- the time of this beat (beat): a master that min-replicas-to-write stops
+-- (NOREPLICAS) vouches for nothing.
 --
 -- KEYS: /incarnation
 -- ARGV: run_id ("" when the broker may not read it), grace (ms)
@@ -19,6 +22,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace')
 if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
+  redis.call('HSET', KEYS[1], 'beat', string.format('%d', now))
   return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0}
 end
 local id = t[1] .. string.format('%06d', tonumber(t[2]))

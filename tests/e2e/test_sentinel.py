@@ -228,6 +228,44 @@ class LaggingFailover(unittest.TestCase):
                           " ".join(b.until_end("LOCKS")))
 
 
+class MinReplicas(unittest.TestCase):
+    """min-replicas-to-write on the master (the split-brain guard): a
+    master cut off from its replicas refuses writes after max-lag, the
+    incarnation heartbeat (a write) with them, so its brokers stop
+    trusting their holds; and a new incarnation's grace period includes
+    max-lag."""
+
+    def setUp(self):
+        master_and_replica(self, "lbminrep-")
+        self.master("CONFIG", "SET", "min-replicas-to-write", "1")
+        self.master("CONFIG", "SET", "min-replicas-max-lag", "1")
+        self.broker = Broker(self.tmpdir, self.master.port,
+                             {"redis": {"trust_ms": 600}})
+        self.addCleanup(lambda: self.assertEqual(self.broker.stop(), 0))
+        self.addCleanup(self.replica.proc.send_signal, signal.SIGCONT)
+
+    def test_cut_off_master_stops_vouching(self):
+        c = self.broker.client()
+        self.addCleanup(c.close)
+        fence = c.cmd("ACQUIRE m TTL 60000").split()[1]
+        self.assertNotIn("min-replicas-to-write 0", self.broker.logtext())
+        self.replica.proc.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        c.sock.settimeout(6)
+        self.assertEqual(c.line(), "EVENT LOST m %s unavailable" % fence)
+        # max-lag (1 s, counted by Redis in whole seconds) + trust_ms
+        self.assertLess(time.monotonic() - start, 1 + 1 + 0.6 + 1)
+        self.replica.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: self.master("SET", "probe", "1") == "OK", 10, 0.1)
+        self.assertEqual(self.master("FLUSHALL"), "OK")
+        r = c.cmd("ACQUIRE x WAIT 0")
+        while "not checked yet" in r:
+            r = c.cmd("ACQUIRE x WAIT 0")
+        m = __import__("re").search(r"no grant for (\d+) ms", r)
+        self.assertIsNotNone(m, r)
+        self.assertGreater(int(m.group(1)), 1000)   # 612 + max-lag 1000
+
+
 class ReplicatedRenewals(unittest.TestCase):
     """redis.wait_replicas: a renewal and an EXTEND count only once
     replicated, as a grant does (issue 15): with the replica stopped, a
