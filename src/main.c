@@ -45,10 +45,10 @@ static void __attribute__((noreturn)) usage(int code)
 {
 	fprintf(code == 0 ? stdout : stderr,
 	    "usage: lockbrokerd [-htV] [-c file]\n"
-	    "  -c file  configuration file (default %s)\n"
-	    "  -t       check the configuration and exit\n"
-	    "  -V       print the version and exit\n"
-	    "  -h       this help\n",
+	    "  -c, --config file  configuration file (default %s)\n"
+	    "  -t, --test         check the configuration and exit\n"
+	    "  -V, --version      print the version and exit\n"
+	    "  -h, --help         this help\n",
 	    CONFIG_DEFAULT_PATH);
 	exit(code);
 }
@@ -211,7 +211,15 @@ main(int argc, char **argv)
 	const char *fault;
 	int ch;
 
-	while ((ch = getopt(argc, argv, "c:htV")) != -1) {
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "test", no_argument, NULL, 't' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+
+	while ((ch = getopt_long(argc, argv, "c:htV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			path = optarg;
@@ -226,11 +234,11 @@ main(int argc, char **argv)
 		case 'h':
 			usage(0);
 		default:
-			usage(1);
+			usage(2); /* a usage error, not a configuration one */
 		}
 	}
 	if (optind != argc)
-		usage(1);
+		usage(2);
 	main_load_config(path, explicit_path);
 	if (test_only) {
 		/* The secret files are read (and compared) as a start would. */

@@ -145,6 +145,30 @@ class Exposure(BrokerTest):
                           p.stderr)
 
 
+    def test_command_line(self):
+        """--help and --version as -h and -V; a usage error exits 2, a
+        configuration error 1."""
+        import subprocess
+        from lbtest import LOCKBROKERD
+
+        def run(*args):
+            return subprocess.run([LOCKBROKERD] + list(args),
+                                  capture_output=True, text=True, timeout=10)
+        for args in (["-h"], ["--help"]):
+            p = run(*args)
+            self.assertEqual((p.returncode, p.stderr), (0, ""))
+            self.assertIn("--config file", p.stdout)
+        for args in (["-V"], ["--version"]):
+            p = run(*args)
+            self.assertEqual(p.returncode, 0)
+            self.assertRegex(p.stdout, r"^lockbrokerd \d+\.\d+\.\d+\n$")
+        for args in (["--bogus"], ["-x"], ["-c"], ["left-over"]):
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn("usage: lockbrokerd", p.stderr)
+        p = run("--config", os.path.join(self.tmpdir, "missing.conf"))
+        self.assertEqual(p.returncode, 1)
+
     def test_equal_secret_files_fail_the_check_and_the_start(self):
         import subprocess
         from lbtest import LOCKBROKERD, render_conf
