@@ -1,12 +1,15 @@
 /*
- * log: one line per event. Under systemd (JOURNAL_STREAM set) or to syslog no
- * timestamp is added: the journal and syslogd add their own.
+ * log: one line per event. Under systemd (JOURNAL_STREAM names our stderr)
+ * or to syslog no timestamp is added: the journal and syslogd add their
+ * own; and a line to the journal starts with its priority ("<4>warning:
+ * ..."), which the journal takes off and keeps (journalctl -p warning).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 
@@ -15,16 +18,35 @@
 static enum log_level log_level = LOG_LVL_INFO;
 static bool log_syslog;
 static bool log_stamp = true;
+static bool log_journal; /* stderr is the journal's stream */
 
 static const char *const log_names[] = { "error", "warning", "info", "debug" };
 static const int log_prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+
+/* JOURNAL_STREAM is "<device>:<inode>" of the stream systemd connected
+ * (systemd.exec(5)); it may have been inherited by a process whose stderr
+ * goes elsewhere, so it counts only if it is stderr. */
+static bool
+log_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (js == NULL || sscanf(js, "%llu:%llu", &dev, &ino) != 2 ||
+	    fstat(2, &st) != 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev &&
+	    (unsigned long long)st.st_ino == ino;
+}
 
 void
 log_init(enum log_level level, bool use_syslog)
 {
 	log_level = level;
 	log_syslog = use_syslog;
-	log_stamp = !use_syslog && getenv("JOURNAL_STREAM") == NULL;
+	log_journal = !use_syslog && log_is_journal();
+	log_stamp = !use_syslog && !log_journal;
 	if (use_syslog)
 		openlog("lockbrokerd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
 }
@@ -63,6 +85,8 @@ log_emit(enum log_level level, const char *fmt, va_list ap)
 		strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 		fprintf(stderr, "%s.%03ldZ ", ts, now.tv_nsec / 1000000);
 	}
+	if (log_journal)
+		fprintf(stderr, "<%d>", log_prio[level]);
 	fprintf(stderr, "%s: ", log_names[level]);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);

@@ -169,6 +169,38 @@ class Exposure(BrokerTest):
         p = run("--config", os.path.join(self.tmpdir, "missing.conf"))
         self.assertEqual(p.returncode, 1)
 
+    def test_journal_priorities(self):
+        """Under systemd (JOURNAL_STREAM names its stderr) each line starts
+        with its syslog priority and has no timestamp; JOURNAL_STREAM
+        inherited by a process whose stderr goes elsewhere changes
+        nothing."""
+        import signal
+        import subprocess
+        from lbtest import LOCKBROKERD, free_port, render_conf
+        conf = os.path.join(self.tmpdir, "j.conf")
+        with open(conf, "w") as f:
+            f.write(render_conf({
+                "listen": {"address": "127.0.0.1", "port": free_port()},
+                "redis": {"host": "127.0.0.1", "port": free_port()}}))
+        for matching in (True, False):
+            path = os.path.join(self.tmpdir, "stderr%d" % matching)
+            with open(path, "w") as err:
+                st = os.fstat(err.fileno())
+                js = "%d:%d" % (st.st_dev, st.st_ino) if matching else "1:1"
+                p = subprocess.Popen([LOCKBROKERD, "-c", conf], stderr=err,
+                                     env=dict(os.environ, JOURNAL_STREAM=js))
+                wait_for(lambda: "cannot connect" in open(path).read(), 5)
+                p.send_signal(signal.SIGTERM)
+                self.assertEqual(p.wait(10), 0)
+            lines = open(path).read().splitlines()
+            if matching:
+                self.assertRegex(lines[0], r"^<6>info: listening on ")
+                self.assertTrue(any(l.startswith("<4>warning: redis command: "
+                                                 "cannot connect")
+                                    for l in lines), lines)
+            else:
+                self.assertRegex(lines[0], r"^\d{4}-\d\d-\d\dT[\d:.]+Z info: ")
+
     def test_equal_secret_files_fail_the_check_and_the_start(self):
         import subprocess
         from lbtest import LOCKBROKERD, render_conf
