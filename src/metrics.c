@@ -90,16 +90,22 @@ metrics_healthz(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *out = evbuffer_new();
 	const char *refusal = lockdb_refusal();
-	bool up = lockdb_up() && refusal == NULL;
+	bool sub = redisc_sub_up();
+	bool up = lockdb_up() && sub && refusal == NULL;
 
 	if (out == NULL) {
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return;
 	}
+	/* The subscriber brings the news of other brokers' releases and of
+	 * REVOKEs: without it holders here may not be told in time. */
 	evbuffer_add_printf(out, "%s\n",
 	    up			  ? "ok"
 		: refusal != NULL ? refusal
-				  : "redis unavailable");
+		: !lockdb_up()	  ? "redis unavailable"
+				  : "redis subscriber unavailable");
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", "text/plain; charset=utf-8");
 	evhttp_send_reply(
 	    req, up ? HTTP_OK : 503, up ? "OK" : "Service Unavailable", out);
 	evbuffer_free(out);

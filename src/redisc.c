@@ -84,6 +84,12 @@ static void redisc_schedule_reconnect(struct redisc_conn *conn);
 static void redisc_set_up(struct redisc_conn *conn, bool up);
 
 bool
+redisc_sub_up(void)
+{
+	return rc.msg_cb == NULL || rc.sub.up;
+}
+
+bool
 redisc_up(void)
 {
 	return rc.cmd.up;

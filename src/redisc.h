@@ -47,6 +47,8 @@ void redisc_script_add(struct redisc_script *script);
 void redisc_connect(void);
 void redisc_stop(void);
 bool redisc_up(void);
+/* Whether the subscriber connection is up (or not used). */
+bool redisc_sub_up(void);
 /* No request is waiting for an answer. */
 bool redisc_idle(void);
 

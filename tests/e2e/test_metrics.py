@@ -113,6 +113,28 @@ class Metrics(BrokerTest):
         self.assertRegex(self.client(b).cmd("ACQUIRE a WAIT 0"), r"^OK ")
         self.assertIn("granting anyway (redis.allow_eviction)", b.logtext())
 
+    def test_healthz_is_plain_text_and_needs_the_subscriber(self):
+        url = "http://127.0.0.1:%d/healthz" % self.mport
+        with urllib.request.urlopen(url, timeout=5) as r:
+            self.assertEqual(r.headers["Content-Type"],
+                             "text/plain; charset=utf-8")
+        # The subscriber alone goes (and comes back only after 2-4 s): no
+        # news of REVOKEs or other brokers' releases meanwhile.
+        port = free_port()
+        b = self.start_broker({"metrics": {"enabled": True, "port": port},
+                               "redis": {"reconnect_min_ms": 4000,
+                                         "reconnect_max_ms": 4000}},
+                              name="slow")
+        self.mport = port
+        self.assertEqual(self.get("/healthz"), (200, "ok\n"))
+        for addr in [l.split("addr=")[1].split()[0] for l in
+                     self.redis("CLIENT", "LIST", "TYPE", "pubsub").split("\n")
+                     if "addr=" in l]:
+            self.redis("CLIENT", "KILL", "ADDR", addr)
+        wait_for(lambda: self.get("/healthz") ==
+                 (503, "redis subscriber unavailable\n"), 2)
+        self.assertIn("redis subscriber: connection lost", b.logtext())
+
     def test_healthz_follows_redis(self):
         self.assertEqual(self.get("/healthz"), (200, "ok\n"))
         self.redis.kill()
