@@ -4,21 +4,97 @@
  * in seconds); /healthz answers 200 only while Redis is reachable, so a
  * load balancer or kubelet takes a broker without Redis out of service.
  */
+#include <dirent.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
 #include "config.h"
+#include "lb_build.h"
 #include "lockdb.h"
 #include "log.h"
 #include "metrics.h"
 #include "redisc.h"
 #include "stats.h"
+#include "util.h"
 
 static struct evhttp *metrics_http;
+static uint64_t metrics_start_mono_ms, metrics_start_wall_ms;
+
+/* The five EVENT LOST counters are one family with a reason label. */
+static bool
+metrics_is_lost(int i)
+{
+	return i >= STAT_lost_expired_total && i <= STAT_lost_revoked_total;
+}
+
+static void
+metrics_lost(struct evbuffer *out)
+{
+	evbuffer_add_printf(out,
+	    "# HELP lockbroker_lost_total EVENT LOST sent to holders, by reason\n"
+	    "# TYPE lockbroker_lost_total counter\n");
+	for (int i = STAT_lost_expired_total; i <= STAT_lost_revoked_total;
+	     i++) {
+		const char *name = stats_name((enum stats_id)i);
+		int len = (int)(strlen(name) - strlen("lost_") - strlen("_total"));
+
+		evbuffer_add_printf(out,
+		    "lockbroker_lost_total{reason=\"%.*s\"} %" PRId64 "\n", len,
+		    name + strlen("lost_"), stats[i]);
+	}
+}
+
+/* Open descriptors and resident memory, from /proc (Linux). */
+static void
+metrics_process(struct evbuffer *out)
+{
+	long fds = -1, size = 0, pages = 0, rss = -1;
+	DIR *d = opendir("/proc/self/fd");
+	FILE *f = fopen("/proc/self/statm", "r");
+	struct dirent *e;
+
+	if (d != NULL) {
+		fds = 0;
+		while ((e = readdir(d)) != NULL)
+			fds += e->d_name[0] != '.';
+		fds--; /* the directory's own descriptor */
+		closedir(d);
+	}
+	if (f != NULL) {
+		if (fscanf(f, "%ld %ld", &size, &pages) == 2)
+			rss = pages * sysconf(_SC_PAGESIZE);
+		fclose(f);
+	}
+	evbuffer_add_printf(out,
+	    "# HELP lockbroker_build_info the daemon's version\n"
+	    "# TYPE lockbroker_build_info gauge\n"
+	    "lockbroker_build_info{version=\"%s\"} 1\n"
+	    "# HELP lockbroker_uptime_seconds seconds since the daemon started\n"
+	    "# TYPE lockbroker_uptime_seconds gauge\n"
+	    "lockbroker_uptime_seconds %.3f\n"
+	    "# HELP process_start_time_seconds start time, seconds since the epoch\n"
+	    "# TYPE process_start_time_seconds gauge\n"
+	    "process_start_time_seconds %.3f\n",
+	    LB_VERSION, (double)(mono_ms() - metrics_start_mono_ms) / 1e3,
+	    (double)metrics_start_wall_ms / 1e3);
+	if (fds >= 0)
+		evbuffer_add_printf(out,
+		    "# HELP process_open_fds open file descriptors\n"
+		    "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+		    fds);
+	if (rss >= 0)
+		evbuffer_add_printf(out,
+		    "# HELP process_resident_memory_bytes resident memory\n"
+		    "# TYPE process_resident_memory_bytes gauge\n"
+		    "process_resident_memory_bytes %ld\n",
+		    rss);
+}
 
 static void
 metrics_counters(struct evbuffer *out)
@@ -27,6 +103,12 @@ metrics_counters(struct evbuffer *out)
 		const char *name = stats_name((enum stats_id)i);
 		const char *type =
 		    stats_is_counter((enum stats_id)i) ? "counter" : "gauge";
+
+		if (metrics_is_lost(i)) {
+			if (i == STAT_lost_expired_total)
+				metrics_lost(out);
+			continue;
+		}
 
 		evbuffer_add_printf(out,
 		    "# HELP lockbroker_%s %s\n# TYPE lockbroker_%s %s\n"
@@ -67,6 +149,7 @@ metrics_render(struct evbuffer *out)
 {
 	metrics_counters(out);
 	metrics_histograms(out);
+	metrics_process(out);
 }
 
 static void
@@ -116,6 +199,8 @@ metrics_init(struct event_base *base, const struct config *cf)
 {
 	const struct config_metrics *m = &cf->metrics;
 
+	metrics_start_mono_ms = mono_ms();
+	metrics_start_wall_ms = wall_ms();
 	if (!m->enabled)
 		return 0;
 	if ((metrics_http = evhttp_new(base)) == NULL)

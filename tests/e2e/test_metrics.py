@@ -1,12 +1,14 @@
 """Prometheus text at /metrics, /healthz, and INFO from the same table."""
 
 import re
+import time
 import urllib.error
 import urllib.request
 
 from lbtest import BrokerTest, free_port, main, wait_for
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{le="([^"]+)"\})? '
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)'
+                    r'(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? '
                     r'(-?[0-9.e+]+|\+Inf)$')
 
 
@@ -26,6 +28,8 @@ def parse(text):
         assert m, "not a sample: %r" % line
         key = m.group(1) + (m.group(2) or "")
         samples[key] = float(m.group(4))
+        assert m.group(1) in types or re.sub(
+            r"_(bucket|sum|count)$", "", m.group(1)) in types, line
     return samples, types
 
 
@@ -76,6 +80,20 @@ class Metrics(BrokerTest):
         self.assertEqual(after['lockbroker_wait_seconds_bucket{le="+Inf"}'],
                          after["lockbroker_wait_seconds_count"])
         self.assertEqual(after["lockbroker_redis_up"], 1)
+        # EVENT LOST is one family, by reason; the process is described.
+        self.assertEqual(types["lockbroker_lost_total"], "counter")
+        for reason in ("expired", "stolen", "unavailable", "maxhold",
+                       "revoked"):
+            self.assertIn('lockbroker_lost_total{reason="%s"}' % reason,
+                          after)
+        self.assertNotIn("lockbroker_lost_expired_total", types)
+        self.assertEqual(after['lockbroker_build_info{version="%s"}' %
+                               a.info()["version"]], 1)
+        self.assertGreater(after["process_open_fds"], 3)
+        self.assertGreater(after["process_resident_memory_bytes"], 1 << 20)
+        self.assertLess(abs(after["process_start_time_seconds"] -
+                            time.time() + after["lockbroker_uptime_seconds"]),
+                        5)
         # INFO shows the same numbers from the same table.
         info = a.info()
         self.assertEqual(float(info["grants_total"]),
