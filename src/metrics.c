@@ -1,7 +1,8 @@
 /*
  * metrics: one evhttp server. /metrics renders the stats table in the
  * Prometheus text format (counters end in _total, latencies are histograms
- * in seconds); /healthz answers 200 only while Redis is reachable, so a
+ * in seconds); /healthz answers 200 only while Redis is reachable (both
+ * connections, its incarnation known), so a
  * load balancer or kubelet takes a broker without Redis out of service.
  */
 #include <dirent.h>
