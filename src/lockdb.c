@@ -531,6 +531,9 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 	struct lockdb_req *req = arg;
 	struct lockdb_reply out = { .status = LDB_UNAVAILABLE };
 
+	/* Not sent, or the connection went: say so, not "in time". */
+	if (r == NULL && !redisc_up())
+		out.why = "no connection to Redis (reconnecting)";
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {
 		lockdb_log_error(req, r->str);
 		out.busy = lockdb_busy_error(r->str);

@@ -160,6 +160,9 @@ class Errors(BrokerTest):
         a = self.client()
         self.assertRegex(a.cmd("ACQUIRE u TTL 60000"), r"^OK ")
         self.redis.kill()
+        wait_for(lambda: self.broker.info()["redis_up"] == "0", 5)
+        self.assertEqual(a.cmd("ACQUIRE v WAIT 0"), "ERR UNAVAILABLE no "
+                         "connection to Redis (reconnecting)")
         for line in ("ACQUIRE v WAIT 0", "EXTEND u 1000", "STATUS u",
                      "VALIDATE u 1", "RELEASE u"):
             self.assertRegex(a.cmd(line), r"^ERR UNAVAILABLE ", line)
