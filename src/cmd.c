@@ -217,8 +217,10 @@ cmd_opt_ttl(struct session *s, const char *v, struct cmd_opts *o)
 {
 	if (cmd_parse_ms(s, "TTL", v, &o->ttl_ms) != 0)
 		return -1;
-	if (o->ttl_ms == 0) {
-		cmd_error(s, PERR_ARGS, "TTL must be positive");
+	if (o->ttl_ms == 0) { /* the rule the engine checks, same words */
+		cmd_error(s, PERR_ARGS,
+		    "ttl must be between %" PRId64 " and %" PRId64 " ms",
+		    cmds.cf->locks.min_ttl_ms, cmds.cf->locks.max_ttl_ms);
 		return -1;
 	}
 	return 0;
@@ -262,14 +264,21 @@ cmd_optdef(const struct cmd_entry *ce, const char *w)
 	return NULL;
 }
 
-/* A word that is not an option here, a repeat, or a missing value. */
+/* A word that is not an option of ce's (another command's, or none). */
 static int
-cmd_opt_bad(struct session *s, const struct cmd_entry *ce, const char *w)
+cmd_opt_unknown(struct session *s, const struct cmd_entry *ce, const char *w)
 {
-	if (ce->opts == CMD_OPT_TOKEN)
+	if (ce->opts == CMD_OPT_TOKEN) {
 		cmd_error(s, PERR_ARGS, "expected TOKEN <t>");
-	else
-		cmd_error(s, PERR_ARGS, "bad or repeated option '%s'", w);
+		return -1;
+	}
+	for (size_t i = 0; i < CMD_OPTDEFS; i++)
+		if (proto_keyword(w, cmd_optdefs[i].name)) {
+			cmd_error(s, PERR_ARGS, "%s takes no %s", ce->name,
+			    cmd_optdefs[i].name);
+			return -1;
+		}
+	cmd_error(s, PERR_ARGS, "unknown option '%s'", w);
 	return -1;
 }
 
@@ -285,14 +294,28 @@ cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
 	memset(o, 0, sizeof *o);
 	for (int i = 1 + ce->min_args; i < argc; i++) {
 		if ((d = cmd_optdef(ce, argv[i])) == NULL)
-			return cmd_opt_bad(s, ce, argv[i]);
+			return cmd_opt_unknown(s, ce, argv[i]);
 		if ((d->bit & mode) && (o->seen & mode & ~d->bit)) {
 			cmd_error(s, PERR_ARGS,
 			    "SHARED and LIMIT exclude each other");
 			return -1;
 		}
-		if ((o->seen & d->bit) || (d->parse != NULL && i + 1 == argc))
-			return cmd_opt_bad(s, ce, argv[i]);
+		if (o->seen & d->bit) {
+			cmd_error(s, PERR_ARGS, "repeated option '%s'", d->name);
+			return -1;
+		}
+		if (d->parse != NULL && i + 1 == argc) {
+			if (ce->opts == CMD_OPT_TOKEN)
+				cmd_error(s, PERR_ARGS, "expected TOKEN <t>");
+			else { /* "TTL needs a value: TTL <ms>" */
+				const char *v = strchr(d->usage, '<');
+
+				cmd_error(s, PERR_ARGS, "%s needs a value: %s %.*s",
+				    d->name, d->name,
+				    (int)(strchr(v, '>') + 1 - v), v);
+			}
+			return -1;
+		}
 		o->seen |= d->bit;
 		if (d->parse != NULL && d->parse(s, argv[++i], o) != 0)
 			return -1;
