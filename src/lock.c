@@ -268,8 +268,9 @@ lock_token_for(struct lock_owner *o, const char *name, const char *token,
 		return token;
 	if ((h = lockhold_find(o, name)) == NULL) {
 		STAT_INC(notheld_total);
-		lockreq_set_err(
-		    res, PERR_NOTHELD, "this connection does not hold it");
+		lockreq_set_err(res, PERR_NOTHELD,
+		    "this connection does not hold it "
+		    "(give TOKEN <t> for a grant made elsewhere)");
 		return NULL;
 	}
 	return h->token;

@@ -291,7 +291,8 @@ class Acceptance(ModesBase):
         # The holder's connection goes on; it holds nothing now.
         self.assertEqual(h.until_end("LOCKS"), [])
         self.assertEqual(h.cmd("RELEASE rv"), "ERR NOTHELD this connection "
-                         "does not hold it")
+                         "does not hold it (give TOKEN <t> for a grant made "
+                         "elsewhere)")
         self.assertRegex(adm.cmd("STATUS rv"), r"^OK HELD \d+ %d$" % f2)
 
 

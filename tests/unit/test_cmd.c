@@ -149,11 +149,15 @@ static const struct cmd_case sync_cases[] = {
 	    "ERR ARGS a token is 1-64 of A-Z a-z 0-9 _ . -\n", CMD_DONE },
 	{ "ACQUIRE \x80\xff\x80 TTL 5",
 	    "ERR ARGS ttl must be between 10 and 86400000 ms\n", CMD_DONE },
-	{ "RELEASE x", "ERR NOTHELD this connection does not hold it\n",
+	{ "RELEASE x",
+	    "ERR NOTHELD this connection does not hold it (give TOKEN <t> "
+	    "for a grant made elsewhere)\n",
 	    CMD_DONE },
 	{ "RELEASE x TOKEN", "ERR ARGS expected TOKEN <t>\n", CMD_DONE },
 	{ "RELEASE x TICKET t", "ERR ARGS expected TOKEN <t>\n", CMD_DONE },
-	{ "EXTEND x 100", "ERR NOTHELD this connection does not hold it\n",
+	{ "EXTEND x 100",
+	    "ERR NOTHELD this connection does not hold it (give TOKEN <t> "
+	    "for a grant made elsewhere)\n",
 	    CMD_DONE },
 	{ "EXTEND x -1",
 	    "ERR ARGS EXTEND wants milliseconds, a plain decimal\n", CMD_DONE },

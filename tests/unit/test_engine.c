@@ -394,7 +394,8 @@ START_TEST(test_release_notheld)
 {
 	ck_assert_int_eq(release(1, "a", NULL), -1);
 	ck_assert_str_eq(
-	    told_take(), "1 ERR NOTHELD this connection does not hold it");
+	    told_take(), "1 ERR NOTHELD this connection does not hold it "
+			 "(give TOKEN <t> for a grant made elsewhere)");
 	ck_assert_uint_eq(fake_count(), 0);
 	ck_assert_int_eq(release(1, "a", "someone-else"), 0);
 	fake_reply(expect(FAKE_RELEASE, "a"), LDB_NO);
@@ -1626,7 +1627,8 @@ START_TEST(test_extend_refused)
 	    "1 ERR ARGS a session lock is renewed by the broker; EXTEND is "
 	    "for TTL locks; "
 	    "1 ERR ARGS ttl must be between 10 and 86400000 ms; "
-	    "1 ERR NOTHELD this connection does not hold it");
+	    "1 ERR NOTHELD this connection does not hold it "
+	    "(give TOKEN <t> for a grant made elsewhere)");
 	ck_assert_uint_eq(fake_count(), 0);
 	/* With TOKEN anyone may ask; Redis decides. */
 	ck_assert_int_eq(extend(2, "b", 500, "x"), 0);
