@@ -91,6 +91,9 @@ static struct {
 	bool asking;	 /* an incarnation.lua is out */
 	bool checked;	 /* answered on this connection */
 	bool min_replicas; /* min-replicas-to-write > 0, as far as known */
+	bool told_need;	   /* warned of a longer grace period elsewhere */
+	bool told_eviction; /* warned of evicting, allowed, since connect */
+	unsigned beats;	    /* incarnation questions asked */
 	lockdb_inc_fn *inc_fn;
 	char why[96];	 /* a gate's refusal, for lockdb_reply.why */
 } ldb;
@@ -176,6 +179,44 @@ lockdb_subscribe(lockdb_news_fn *fn)
  * An evicting Redis loses lock keys and fence counters under memory
  * pressure: no grant is made from it (docs/operations.md, Redis settings).
  */
+/* maxmemory-policy from INFO memory's text; logs a change to evicting. */
+static void
+lockdb_policy(const char *info)
+{
+	char was[sizeof ldb.refusal];
+	const char *p;
+
+	snprintf(was, sizeof was, "%s", ldb.refusal);
+	ldb.policy[0] = '\0';
+	if ((p = strstr(info, "maxmemory_policy:")) != NULL)
+		sscanf(p + strlen("maxmemory_policy:"), "%31[a-z-]", ldb.policy);
+	ldb.refusal[0] = '\0';
+	if (ldb.policy[0] == '\0' || strcmp(ldb.policy, "noeviction") == 0)
+		return;
+	if (ldb.allow_eviction) {
+		if (!ldb.told_eviction)
+			log_warnx(
+			    "redis: maxmemory-policy is %s: Redis may evict locks and fence counters; granting anyway (redis.allow_eviction)",
+			    ldb.policy);
+		ldb.told_eviction = true;
+		return;
+	}
+	snprintf(ldb.refusal, sizeof ldb.refusal,
+	    "Redis maxmemory-policy is %s; locks need noeviction", ldb.policy);
+	if (strcmp(was, ldb.refusal) != 0)
+		log_warnx(
+		    "redis: %s: no lock is granted until it is (or redis.allow_eviction)",
+		    ldb.refusal);
+}
+
+/* A policy set while connected: INFO memory with every fourth beat. */
+static void
+lockdb_memory_cb(const redisReply *r, void *arg)
+{
+	if (r != NULL && r->type == REDIS_REPLY_STRING)
+		lockdb_policy(r->str);
+}
+
 static void
 lockdb_info_cb(const redisReply *r, void *arg)
 {
@@ -190,25 +231,9 @@ lockdb_info_cb(const redisReply *r, void *arg)
 		lockdb_incarnation();
 		return;
 	}
-	ldb.policy[0] = '\0';
-	if ((p = strstr(r->str, "maxmemory_policy:")) != NULL)
-		sscanf(
-		    p + strlen("maxmemory_policy:"), "%31[a-z-]", ldb.policy);
+	ldb.told_eviction = false; /* said again at every connect */
 	ldb.refusal[0] = '\0';
-	if (ldb.policy[0] != '\0' && strcmp(ldb.policy, "noeviction") != 0) {
-		if (ldb.allow_eviction)
-			log_warnx(
-			    "redis: maxmemory-policy is %s: Redis may evict locks and fence counters; granting anyway (redis.allow_eviction)",
-			    ldb.policy);
-		else {
-			snprintf(ldb.refusal, sizeof ldb.refusal,
-			    "Redis maxmemory-policy is %s; locks need noeviction",
-			    ldb.policy);
-			log_warnx(
-			    "redis: %s: no lock is granted until it is (or redis.allow_eviction)",
-			    ldb.refusal);
-		}
-	}
+	lockdb_policy(r->str);
 	if (strstr(r->str, "aof_enabled:0") != NULL)
 		log_info(
 		    "redis: no append-only file: a restart loses the grants and fences made since its last snapshot (docs/operations.md, Redis settings)");
@@ -753,10 +778,11 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	ldb.asking = false;
 	if (r == NULL)
 		return; /* not answered: nothing confirmed */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
 	    e[0]->type != REDIS_REPLY_STRING || e[0]->len == 0 ||
 	    e[0]->len >= sizeof ldb.inc || e[1]->type != REDIS_REPLY_INTEGER ||
-	    e[2]->type != REDIS_REPLY_INTEGER) {
+	    e[2]->type != REDIS_REPLY_INTEGER ||
+	    e[3]->type != REDIS_REPLY_INTEGER) {
 		log_warnx("redis: incarnation.lua: %s",
 		    r->type == REDIS_REPLY_ERROR ? r->str : "malformed reply");
 		return;
@@ -764,6 +790,13 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	if (!ldb.checked && redisc_up()) {
 		ldb.checked = true;
 		STAT_SET(redis_up, 1);
+	}
+	if ((uint64_t)e[3]->integer > ldb.grace_ms + ldb.lag_ms &&
+	    !ldb.told_need) {
+		ldb.told_need = true;
+		log_warnx("redis: another broker's grace period is %lld ms, this one's %" PRIu64
+			  " ms: give every broker the same redis.trust_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
+		    e[3]->integer, ldb.grace_ms + ldb.lag_ms);
 	}
 	inc.first = ldb.inc[0] == '\0';
 	inc.changed = strcmp(ldb.inc, e[0]->str) != 0;
@@ -793,6 +826,12 @@ lockdb_incarnation(void)
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
 		return; /* INFO's answer asks, once it came */
+	if (++ldb.beats % 4 == 0) {
+		const char *info[2] = { "INFO", "memory" };
+		size_t ilens[2] = { 4, 6 };
+
+		redisc_command(2, info, ilens, lockdb_memory_cb, NULL);
+	}
 	ldb.asking = true;
 	snprintf(key, sizeof key, "%s%s", ldb.prefix,
 	    lockdb_lua_incarnation.keys[0] + 1);

@@ -14,18 +14,26 @@
 -- the time of this beat (beat): a master that min-replicas-to-write stops
 -- (NOREPLICAS) vouches for nothing.
 --
+-- Every broker's grace (its trust) must be the same; the marker keeps the
+-- longest one any broker asked with (need), a new incarnation of a marker
+-- that is still there waits at least that long, and each answer says it:
+-- a broker that trusts its holds longer than the grace period others make
+-- can see them granted (docs/operations.md, When Redis forgets).
+--
 -- KEYS: /incarnation
 -- ARGV: run_id ("" when the broker may not read it), grace (ms)
--- Returns {id, ms of the grace period left, 1 if made now else 0}.
+-- Returns {id, ms of the grace period left, 1 if made now else 0, need}.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace')
+local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace', 'need')
+local need = math.max(tonumber(m[4] or '0') or 0, tonumber(ARGV[2]))
 if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
-  redis.call('HSET', KEYS[1], 'beat', string.format('%d', now))
-  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0}
+  redis.call('HSET', KEYS[1], 'beat', string.format('%d', now),
+    'need', string.format('%d', need))
+  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need}
 end
 local id = t[1] .. string.format('%06d', tonumber(t[2]))
 redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
-  string.format('%d', now + tonumber(ARGV[2])))
-return {id, tonumber(ARGV[2]), 1}
+  string.format('%d', now + need), 'need', string.format('%d', need))
+return {id, need, 1, need}

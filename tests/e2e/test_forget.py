@@ -100,6 +100,14 @@ class Forget(BrokerTest):
         self.assertEqual(locks_of(a), ["tb"])
         self.assertGreater(fence_of(b.cmd("ACQUIRE tb2")), fa)
 
+    def test_brokers_that_disagree_on_trust_ms_are_told(self):
+        """The grace period is made by whichever broker notices first: a
+        broker that trusts its holds longer than that is a misconfiguration,
+        and is said so."""
+        self.start_broker({"redis": {"trust_ms": 2000}}, name="longer")
+        wait_for(lambda: "another broker's grace period is 2041 ms" in
+                 self.broker.logtext(), 5)
+
     def test_redis_silent_past_trust_ms_loses_every_hold(self):
         a = self.client()
         self.assertRegex(a.cmd("ACQUIRE quiet TTL 60000"), r"^OK ")

@@ -153,6 +153,25 @@ class Metrics(BrokerTest):
                  (503, "redis subscriber unavailable\n"), 2)
         self.assertIn("redis subscriber: connection lost", b.logtext())
 
+    def test_evicting_policy_set_while_connected(self):
+        """maxmemory-policy is read again while connected (every fourth
+        incarnation beat), not only at connect."""
+        b = self.start_broker({"redis": {"trust_ms": 400}}, name="beat")
+        c = self.client(b)
+        self.assertRegex(c.cmd("ACQUIRE before WAIT 0"), r"^OK ")
+        self.redis("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        def refused():
+            r = c.cmd("ACQUIRE after WAIT 0")
+            if r.startswith("OK "):     # not read yet
+                self.assertEqual(c.cmd("RELEASE after"), "OK")
+            return r == ("ERR UNAVAILABLE Redis maxmemory-policy is "
+                         "allkeys-lru; locks need noeviction")
+        try:
+            wait_for(refused, 5)
+        finally:
+            self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        wait_for(lambda: c.cmd("ACQUIRE after WAIT 0").startswith("OK "), 5)
+
     def test_healthz_follows_redis(self):
         self.assertEqual(self.get("/healthz"), (200, "ok\n"))
         self.redis.kill()

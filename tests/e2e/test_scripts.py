@@ -281,16 +281,18 @@ class Scripts(BrokerTest):
         """Made when missing or confirmed on another Redis process; kept
         (with what is left of its grace period) otherwise."""
         self.r("DEL", MARK)
-        made = self.run_script("incarnation", "", "run-a", 5000)
-        self.assertEqual((made[1], made[2]), (5000, 1))
+        made = self.run_script("incarnation", "", "run-a", 300)
+        self.assertEqual((made[1], made[2], made[3]), (300, 1, 300))
         same = self.run_script("incarnation", "", "run-a", 5000)
         self.assertEqual((same[0], same[2]), (made[0], 0))
-        self.assertLessEqual(same[1], 5000)
-        self.assertEqual(self.run_script("incarnation", "", "", 5000)[0],
+        self.assertLessEqual(same[1], 300)
+        self.assertEqual(same[3], 5000)   # the longest any broker needs
+        self.assertEqual(self.run_script("incarnation", "", "", 300)[0],
                          made[0])      # a broker that may not read run_id
         other = self.run_script("incarnation", "", "run-b", 300)
         self.assertNotEqual(other[0], made[0])
-        self.assertEqual((other[1], other[2]), (300, 1))
+        # A new incarnation waits as long as the longest need known.
+        self.assertEqual((other[1], other[2], other[3]), (5000, 1, 5000))
         self.assertEqual(self.r("HGET", MARK, "runid"), "run-b")
 
     def test_check_puts_a_forgotten_hold_back_in_the_grace_period(self):
