@@ -727,11 +727,11 @@ lockdb_status(const char *name, uint64_t fence, const char *token,
     lockdb_cb *cb, void *arg)
 {
 	char f[24];
-	const char *args[2] = { f, token != NULL ? token : "" };
+	const char *args[3] = { f, token != NULL ? token : "", ldb.inc };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_STATUS, &lockdb_lua_status, lockdb_lua_status.nkeys,
-	    name, 2, args, cb, arg);
+	    name, 3, args, cb, arg);
 }
 
 void

@@ -125,6 +125,11 @@ if v == '=shared' then
   v = false
 end
 local fs = redis.call('GET', KEYS[2]) or '0'
+-- include leftover.lua
+if v and leftover(KEYS[10], ARGV[13], KEYS[1], fs) then
+  redis.call('DEL', KEYS[1])  -- released since, in data Redis lost
+  v, holds = false, false
+end
 if not v then
   if first == nil or first == tk then return grant() end
   -- Free, but the first ticket's: no holder to watch or wait for.

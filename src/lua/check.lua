@@ -12,6 +12,9 @@
 -- KEYS: lock holders revoked fence who /incarnation
 -- ARGV: token, fence, ttl (ms; 0: only look), value (the key's value to
 --   set: "<token> <mode> <broker> <client> <since_ms>"), incarnation
+-- A grant from before the incarnation that is held, or put back, is
+-- marked current in it (the marker's 'k:<key>', lib/leftover.lua).
+--
 -- Returns {1} (held, or put back), {0, fence}, or {-1, 0} when Redis
 -- serves another incarnation than the broker's (it asks which, then again).
 
@@ -19,13 +22,22 @@ local m = redis.call('HMGET', KEYS[6], 'id', 'grace')
 if m[1] ~= ARGV[5] then return {-1, 0} end
 -- include now.lua
 -- include holds.lua
-if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
+-- A grant from before this incarnation found held, or put back, is
+-- marked as current in it (lib/leftover.lua).
+local function kept(k)
+  local id = tonumber(ARGV[5])
+  if id and tonumber(ARGV[2]) < id then
+    redis.call('HSET', KEYS[6], 'k:' .. k, ARGV[5])
+  end
   return {1}
+end
+if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
+  return kept(KEYS[1])
 end
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',
     KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then
-  return {1}
+  return kept(KEYS[1] .. ' ' .. ARGV[1])
 end
 if ARGV[3] ~= '0' and not v then
   local c = tonumber(redis.call('GET', KEYS[4]) or '0')
@@ -34,7 +46,7 @@ if ARGV[3] ~= '0' and not v then
       redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
     redis.call('SET', KEYS[4], ARGV[2])
-    return {1}
+    return kept(KEYS[1])
   end
 end
 return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}

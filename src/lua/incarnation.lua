@@ -34,6 +34,7 @@ if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
   return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need}
 end
 local id = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('DEL', KEYS[1])  -- and the old one's marks of kept grants
 redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
   string.format('%d', now + need), 'need', string.format('%d', need))
 return {id, need, 1, need}

@@ -41,8 +41,15 @@ if n > 0 then
     return {3, tonumber(l or '0')}
   end
   local s = redis.call('ZSCORE', KEYS[4], ARGV[1])
+  local info = s and redis.call('HGET', KEYS[5], ARGV[1]) or ''
+-- include leftover.lua
+  if s and leftover(KEYS[7], ARGV[9], KEYS[1] .. ' ' .. ARGV[1],
+      string.match(info, '^%d+') or '0') then
+    redis.call('ZREM', KEYS[4], ARGV[1])  -- released since, in data lost
+    redis.call('HDEL', KEYS[5], ARGV[1])
+    s = nil
+  end
   if s then
-    local info = redis.call('HGET', KEYS[5], ARGV[1]) or ''
     local fs = string.match(info, '^%d+') or '0'
     local e, b = ARGV[4], string.match(ARGV[4], '^%S+ (%S+)')
     if foreign(info, b) then

@@ -87,6 +87,25 @@ class Forget(BrokerTest):
         self.assertEqual(a.cmd("RELEASE rx"), "OK")
         self.assertIn("incarnation", self.broker.logtext())
 
+    def test_older_data_does_not_give_an_old_fence_again(self):
+        """Redis comes back with older data (a restart from a snapshot
+        taken before the last writes): a grant released since is still in
+        it. Its token asking again gets a new fence, above every fence
+        granted before, not the old one (found by a review, 3 of 3)."""
+        a, b = self.client(), self.client()
+        f1 = fence_of(a.cmd("ACQUIRE ox TTL 60000 TOKEN tok1"))
+        self.assertEqual(self.redis("SAVE"), "OK")
+        self.assertEqual(a.cmd("RELEASE ox"), "OK")
+        f2 = fence_of(b.cmd("ACQUIRE ox TTL 60000"))
+        self.redis.kill()
+        self.redis.start()   # loads the snapshot: tok1 holds ox there
+        b.sock.settimeout(5)
+        self.assertEqual(b.line(), "EVENT LOST ox %d unavailable" % f2)
+        r = a.cmd("ACQUIRE ox TTL 60000 TOKEN tok1 WAIT 4000")
+        self.assertGreater(fence_of(r), f2, r)
+        self.assertEqual(a.cmd("VALIDATE ox %d" % f1), "OK STALE")
+        self.assertEqual(b.cmd("ACQUIRE ox WAIT 0"), "TIMEOUT")
+
     def test_two_brokers_flushall(self):
         """The broker that did not notice first is gated in Redis too: it
         grants nothing either until the grace period is over."""

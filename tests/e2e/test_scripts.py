@@ -218,10 +218,11 @@ class Scripts(BrokerTest):
                                               "", INC)
         self.assertEqual(ext(f(2), 1000), 0)
         self.assertEqual(ext(f(1), 30000), 1)
-        st = self.run_script("status", "e", f(1), "t")
+        st = self.run_script("status", "e", f(1), "t", INC)
         self.assertEqual(st[0], 1)
         self.assertEqual(st[2:], [f(1), 1, -1, 1])
-        self.assertEqual(self.run_script("status", "e", f(1), "u")[5], 0)
+        self.assertEqual(self.run_script("status", "e", f(1), "u", INC)[5],
+                         0)
         who = self.run_script("who", "e")
         self.assertEqual(who[1], "%d %s" % (f(1), info()))
         self.assertEqual(check(f(1)), [1])
@@ -314,6 +315,32 @@ class Scripts(BrokerTest):
         self.r("SET", "lockbroker:{p}:fence", f(5))
         self.assertEqual(put(f(3)), [0, 0])      # a newer grant came
         self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
+
+    def test_leftover_of_older_data(self):
+        """In an incarnation made after a grant (its fence below the
+        incarnation's id), the grant is a leftover unless check.lua found
+        it held: its token gets a new fence, VALIDATE says it is free."""
+        t = self.r("TIME")
+        now_us = int(t[0]) * 10 ** 6 + int(t[1])
+        old = now_us - 10 ** 6
+        self.r("HSET", MARK, "id", str(now_us))
+        inc = str(now_us)
+        for name, keep in (("l1", False), ("l2", True)):
+            self.r("SET", "lockbroker:{%s}" % name, "tok " + info(),
+                   "PX", 60000)
+            self.r("SET", "lockbroker:{%s}:fence" % name, old)
+            if keep:   # a broker found it held (or put it back)
+                self.assertEqual(self.run_script(
+                    "check", name, "tok", old, 60000, "tok " + info(), inc),
+                    [1])
+            st = self.run_script("status", name, old, "tok", inc)
+            self.assertEqual(st[0], 1 if keep else 0)
+            g = self.acquire(name, "tok", inc=inc)
+            self.assertEqual(g[0], 1)
+            if keep:
+                self.assertEqual(g[1], old)       # the same grant
+            else:
+                self.assertGreaterEqual(g[1], now_us)
 
     def test_errors_name_the_lua_file_and_line(self):
         """Lines of a script are lines of its file (an include is joined
