@@ -713,13 +713,13 @@ lockdb_extend(const char *name, const char *token, uint64_t fence,
     uint64_t ttl_ms, lockdb_cb *cb, void *arg)
 {
 	char ttl[24], f[24];
-	const char *args[7] = { token, ttl, f, ldb.broker, ldb.channel, name,
-		ldb.inc };
+	const char *args[8] = { token, ttl, f, ldb.broker, ldb.channel, name,
+		ldb.inc, ldb.runid };
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, lockdb_lua_extend.nkeys,
-	    name, 7, args, cb, arg);
+	    name, 8, args, cb, arg);
 }
 
 void
@@ -746,13 +746,13 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
 	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
-	const char *args[5] = { token, f, ttl, value, ldb.inc };
+	const char *args[6] = { token, f, ttl, value, ldb.inc, ldb.runid };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	snprintf(ttl, sizeof ttl, "%" PRIu64, info != NULL ? restore_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
 	lockdb_send(LDB_CHECK, &lockdb_lua_check, lockdb_lua_check.nkeys, name,
-	    5, args, cb, arg);
+	    6, args, cb, arg);
 }
 
 void

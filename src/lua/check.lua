@@ -11,17 +11,21 @@
 --
 -- KEYS: lock holders revoked fence who /incarnation
 -- ARGV: token, fence, ttl (ms; 0: only look), value (the key's value to
---   set: "<token> <mode> <broker> <client> <since_ms>"), incarnation
+--   set: "<token> <mode> <broker> <client> <since_ms>"), incarnation,
+--   run_id (as lib/gate.lua's)
 -- A grant from before the incarnation that is held, or put back, is
 -- marked current in it (the marker's 'k:<key>', lib/leftover.lua).
 --
 -- Returns {1} (held, or put back), {0, fence}, or {-1, 0} when Redis
 -- serves another incarnation than the broker's (it asks which, then again).
 
-local m = redis.call('HMGET', KEYS[6], 'id', 'grace')
-if m[1] ~= ARGV[5] then return {-1, 0} end
+local m = redis.call('HMGET', KEYS[6], 'id', 'grace', 'runid')
+if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
+  return {-1, 0}
+end
 -- include now.lua
 -- include holds.lua
+-- include leftover.lua
 -- A grant from before this incarnation found held, or put back, is
 -- marked as current in it (lib/leftover.lua).
 local function kept(k)
@@ -39,8 +43,12 @@ if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',
     KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then
   return kept(KEYS[1] .. ' ' .. ARGV[1])
 end
+local c = tonumber(redis.call('GET', KEYS[4]) or '0')
+if ARGV[3] ~= '0' and v and v ~= '=shared' and c and
+    leftover(KEYS[6], ARGV[5], KEYS[1], c) then
+  v = false  -- a grant released since, in older data: nobody's
+end
 if ARGV[3] ~= '0' and not v then
-  local c = tonumber(redis.call('GET', KEYS[4]) or '0')
   if tonumber(m[2] or '0') > now_ms() and
       c and c <= tonumber(ARGV[2]) and
       redis.call('EXISTS', KEYS[2]) == 0 then

@@ -8,10 +8,14 @@
 -- which one Redis serves (incarnation.lua) before it trusts an answer.
 --
 -- KEYS: lock holders who fence /incarnation
--- ARGV: token, ttl, fence (0: any), broker, channel, name, incarnation
+-- ARGV: token, ttl, fence (0: any), broker, channel, name, incarnation,
+--   run_id (as lib/gate.lua's)
 -- Returns 1, 0 or -1.
 
-if redis.call('HGET', KEYS[5], 'id') ~= ARGV[7] then return -1 end
+local m = redis.call('HMGET', KEYS[5], 'id', 'runid')
+if m[1] ~= ARGV[7] or (ARGV[8] ~= '' and m[2] ~= ARGV[8]) then
+  return -1
+end
 
 -- include holds.lua
 -- A lease shortened in another broker's entry (as lib/foreign.lua, kept

@@ -213,9 +213,9 @@ class Scripts(BrokerTest):
     def test_extend_status_who_check_revoke(self):
         self.acquire("e", "t", ttl=60000)
         ext = lambda fence, ttl: self.run_script(
-            "extend", "e", "t", ttl, fence, ME, CH, "e", INC)
+            "extend", "e", "t", ttl, fence, ME, CH, "e", INC, "")
         check = lambda fence: self.run_script("check", "e", "t", fence, 0,
-                                              "", INC)
+                                              "", INC, "")
         self.assertEqual(ext(f(2), 1000), 0)
         self.assertEqual(ext(f(1), 30000), 1)
         st = self.run_script("status", "e", f(1), "t", INC)
@@ -274,9 +274,16 @@ class Scripts(BrokerTest):
         self.assertEqual(share[0], -2)
         self.assertEqual(self.r("EXISTS", "lockbroker:{g}"), 0)
         self.assertEqual(self.run_script("extend", "g", "t", 1000, 0, ME, CH,
-                                         "g", "old"), -1)
-        self.assertEqual(self.run_script("check", "g", "t", 1, 0, "", "old"),
-                         [-1, 0])
+                                         "g", "old", ""), -1)
+        self.assertEqual(self.run_script("check", "g", "t", 1, 0, "", "old",
+                                         ""), [-1, 0])
+        # Another Redis process than the marker's (a promoted replica):
+        # not trusted before the broker asked incarnation.lua.
+        self.r("HSET", MARK, "runid", "run-a")
+        self.assertEqual(self.run_script("extend", "g", "t", 1000, 0, ME, CH,
+                                         "g", INC, "run-b"), -1)
+        self.assertEqual(self.run_script("check", "g", "t", 1, 0, "", INC,
+                                         "run-b"), [-1, 0])
 
     def test_incarnation(self):
         """Made when missing or confirmed on another Redis process; kept
@@ -299,7 +306,7 @@ class Scripts(BrokerTest):
     def test_check_puts_a_forgotten_hold_back_in_the_grace_period(self):
         entry = "t " + info()
         put = lambda fence, inc=INC: self.run_script(
-            "check", "p", "t", fence, 30000, entry, inc)
+            "check", "p", "t", fence, 30000, entry, inc, "")
         self.r("HSET", MARK, "grace", "0")
         self.assertEqual(put(f(3)), [0, 0])      # no grace period: lost
         self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
@@ -331,8 +338,8 @@ class Scripts(BrokerTest):
             self.r("SET", "lockbroker:{%s}:fence" % name, old)
             if keep:   # a broker found it held (or put it back)
                 self.assertEqual(self.run_script(
-                    "check", name, "tok", old, 60000, "tok " + info(), inc),
-                    [1])
+                    "check", name, "tok", old, 60000, "tok " + info(), inc,
+                    ""), [1])
             st = self.run_script("status", name, old, "tok", inc)
             self.assertEqual(st[0], 1 if keep else 0)
             g = self.acquire(name, "tok", inc=inc)
