@@ -299,8 +299,10 @@ START_TEST(test_secret_equal_constant_time)
 		t_none = n < t_none ? n : t_none;
 		t_most = m < t_most ? m : t_most;
 	}
-	/* An early-exit compare would make t_none ~4096x smaller. */
-	ck_assert_msg(t_none > t_most * 0.7 && t_none < t_most * 1.3,
+	/* An early-exit compare would make t_none ~4096x smaller; a factor
+	 * of 3 either way leaves room for a loaded machine (a sanitizer
+	 * build under CI's load once measured 1.3x) and still catches it. */
+	ck_assert_msg(t_none > t_most / 3 && t_none < t_most * 3,
 	    "none %.0f ns, most %.0f ns", t_none, t_most);
 }
 END_TEST
