@@ -175,11 +175,24 @@ class Basic(BrokerTest):
         self.assertTrue(a.closed())
 
     def test_half_closed_input_is_answered_behind_a_holder_here(self):
+        import os
+        import signal
         holder, a = self.client(), self.client()
         self.grant(holder, "ACQUIRE hw")
-        a.send("ACQUIRE hw WAIT 5000\nACQUIRE hw2 TTL 1000\nSTATUS hw\n")
-        a.sock.shutdown(1)
-        # The wait had not begun: it becomes one try, refused.
+        # A waiter's first try goes to Redis at once (for its place in the
+        # queue of every broker). Redis stopped, that try is still there
+        # when the input ends: the wait has not begun, and it becomes one
+        # try, refused. (Had the refusal come first, the wait would have
+        # begun, and leaving would cancel it: docs/protocol.md §1.)
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        try:
+            n = self.broker.logtext().count("end of input")
+            a.send("ACQUIRE hw WAIT 5000\nACQUIRE hw2 TTL 1000\nSTATUS hw\n")
+            a.sock.shutdown(1)
+            wait_for(lambda: self.broker.logtext().count("end of input") > n,
+                     5)
+        finally:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
         self.assertEqual(a.line(), "TIMEOUT")
         self.assertRegex(a.line(), r"^OK \d+ 1000 ")
         self.assertRegex(a.line(), r"^OK HELD \d+ \d+$")
