@@ -301,7 +301,8 @@ cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
 			return -1;
 		}
 		if (o->seen & d->bit) {
-			cmd_error(s, PERR_ARGS, "repeated option '%s'", d->name);
+			cmd_error(
+			    s, PERR_ARGS, "repeated option '%s'", d->name);
 			return -1;
 		}
 		if (d->parse != NULL && i + 1 == argc) {
@@ -310,9 +311,9 @@ cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
 			else { /* "TTL needs a value: TTL <ms>" */
 				const char *v = strchr(d->usage, '<');
 
-				cmd_error(s, PERR_ARGS, "%s needs a value: %s %.*s",
-				    d->name, d->name,
-				    (int)(strchr(v, '>') + 1 - v), v);
+				cmd_error(s, PERR_ARGS,
+				    "%s needs a value: %s %.*s", d->name,
+				    d->name, (int)(strchr(v, '>') + 1 - v), v);
 			}
 			return -1;
 		}

@@ -40,7 +40,7 @@ static struct {
 	struct event_base *base;
 	const struct config *cf;
 	lockhold_kick_fn *kick;
-	uint64_t lease_seq; /* requests that may set a lease, numbered */
+	uint64_t lease_seq;	/* requests that may set a lease, numbered */
 	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
 	struct event *trust_ev; /* trust_ms after the last vouching answer */
 	struct event *stale_ev; /* stale holds not back by then are lost */
@@ -471,8 +471,8 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 		else if (r->status == LDB_NO)
 			lockhold_lost(h,
 			    h->fence <= r->fence ? LOST_REVOKED
-			    : h->stale	       ? LOST_UNAVAILABLE
-					       : LOST_STOLEN);
+				: h->stale	 ? LOST_UNAVAILABLE
+						 : LOST_STOLEN);
 	}
 	lockreq_free(req);
 }
@@ -592,7 +592,8 @@ lockhold_trust_cb(evutil_socket_t fd, short what, void *arg)
 	bool only_stale = false;
 
 	if (stats[STAT_locks_held] > 0)
-		log_warnx("redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
+		log_warnx(
+		    "redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
 		    hold.cf->redis.trust_ms);
 	lockname_foreach(lockhold_lose_name, &only_stale);
 }
@@ -631,8 +632,9 @@ lockhold_incarnation_cb(const struct lockdb_inc *inc)
 	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
 		hold.changed_ms = now;
 		lockreq_timer(hold.stale_ev,
-		    hold.vouched_ms + trust > now ? hold.vouched_ms + trust - now
-						  : 0);
+		    hold.vouched_ms + trust > now
+			? hold.vouched_ms + trust - now
+			: 0);
 		lockname_foreach(lockhold_stale_name, NULL);
 	}
 	if (inc->sent_ms > hold.vouched_ms)

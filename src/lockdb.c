@@ -82,20 +82,20 @@ static struct {
 	char policy[32];  /* Redis's maxmemory-policy, "" until known */
 	char refusal[96]; /* lockdb_refusal's text, "" for none */
 	/* The incarnation of the lock data (incarnation.lua). */
-	char inc[32];	 /* the id this broker knows, "" until it knows one */
-	char runid[48];	 /* the command connection's Redis: "?" until INFO
+	char inc[32];	   /* the id this broker knows, "" until it knows one */
+	char runid[48];	   /* the command connection's Redis: "?" until INFO
 			    answers, "" if it may not be read */
 	uint64_t grace_ms; /* a new incarnation refuses grants this long */
 	uint64_t lag_ms;   /* Redis's min-replicas-max-lag, when it has one */
 	char grace[24];	   /* grace_ms + lag_ms, as incarnation.lua takes it */
-	bool asking;	 /* an incarnation.lua is out */
-	bool checked;	 /* answered on this connection */
+	bool asking;	   /* an incarnation.lua is out */
+	bool checked;	   /* answered on this connection */
 	bool min_replicas; /* min-replicas-to-write > 0, as far as known */
 	bool told_need;	   /* warned of a longer grace period elsewhere */
 	bool told_eviction; /* warned of evicting, allowed, since connect */
 	unsigned beats;	    /* incarnation questions asked */
 	lockdb_inc_fn *inc_fn;
-	char why[96];	 /* a gate's refusal, for lockdb_reply.why */
+	char why[96]; /* a gate's refusal, for lockdb_reply.why */
 } ldb;
 
 /*
@@ -189,7 +189,8 @@ lockdb_policy(const char *info)
 	snprintf(was, sizeof was, "%s", ldb.refusal);
 	ldb.policy[0] = '\0';
 	if ((p = strstr(info, "maxmemory_policy:")) != NULL)
-		sscanf(p + strlen("maxmemory_policy:"), "%31[a-z-]", ldb.policy);
+		sscanf(
+		    p + strlen("maxmemory_policy:"), "%31[a-z-]", ldb.policy);
 	ldb.refusal[0] = '\0';
 	if (ldb.policy[0] == '\0' || strcmp(ldb.policy, "noeviction") == 0)
 		return;
@@ -261,13 +262,15 @@ lockdb_replicas_cb(const redisReply *r, void *arg)
 	long long to_write = -1, lag = 0;
 
 	if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-		log_info("redis: CONFIG GET min-replicas-*: %s: cannot check the split-brain settings (docs/operations.md, When Redis forgets)",
+		log_info(
+		    "redis: CONFIG GET min-replicas-*: %s: cannot check the split-brain settings (docs/operations.md, When Redis forgets)",
 		    r != NULL && r->type == REDIS_REPLY_ERROR ? r->str
 							      : "not answered");
 		ldb.lag_ms = 0;
 	} else {
 		for (size_t i = 0; i + 1 < r->elements; i += 2) {
-			const redisReply *k = r->element[i], *v = r->element[i + 1];
+			const redisReply *k = r->element[i],
+					 *v = r->element[i + 1];
 
 			if (k->type != REDIS_REPLY_STRING ||
 			    v->type != REDIS_REPLY_STRING)
@@ -280,8 +283,8 @@ lockdb_replicas_cb(const redisReply *r, void *arg)
 		ldb.lag_ms = to_write > 0 && lag > 0 ? (uint64_t)lag * 1000 : 0;
 		ldb.min_replicas = to_write > 0;
 	}
-	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64,
-	    ldb.grace_ms + ldb.lag_ms);
+	snprintf(
+	    ldb.grace, sizeof ldb.grace, "%" PRIu64, ldb.grace_ms + ldb.lag_ms);
 }
 
 static void
@@ -794,8 +797,9 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	if ((uint64_t)e[3]->integer > ldb.grace_ms + ldb.lag_ms &&
 	    !ldb.told_need) {
 		ldb.told_need = true;
-		log_warnx("redis: another broker's grace period is %lld ms, this one's %" PRIu64
-			  " ms: give every broker the same redis.trust_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
+		log_warnx(
+		    "redis: another broker's grace period is %lld ms, this one's %" PRIu64
+		    " ms: give every broker the same redis.trust_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
 		    e[3]->integer, ldb.grace_ms + ldb.lag_ms);
 	}
 	inc.first = ldb.inc[0] == '\0';

@@ -43,7 +43,8 @@ metrics_lost(struct evbuffer *out)
 	for (int i = STAT_lost_expired_total; i <= STAT_lost_revoked_total;
 	     i++) {
 		const char *name = stats_name((enum stats_id)i);
-		int len = (int)(strlen(name) - strlen("lost_") - strlen("_total"));
+		int len =
+		    (int)(strlen(name) - strlen("lost_") - strlen("_total"));
 
 		evbuffer_add_printf(out,
 		    "lockbroker_lost_total{reason=\"%.*s\"} %" PRId64 "\n", len,

@@ -401,8 +401,8 @@ redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply == NULL)
 		return;
 	if (reply->type == REDIS_REPLY_ERROR) {
-		log_warnx("redis %s: %s failed: %s", conn->what, what,
-		    reply->str);
+		log_warnx(
+		    "redis %s: %s failed: %s", conn->what, what, reply->str);
 		redisAsyncDisconnect(ac);
 	} else if (--conn->setup_left == 0 && conn->connected)
 		redisc_conn_ready(conn);
@@ -410,8 +410,8 @@ redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 
 /* A setup command whose answer the connection waits for. */
 static void
-redisc_setup_command(redisAsyncContext *ac, const char *what,
-    const char *fmt, ...)
+redisc_setup_command(
+    redisAsyncContext *ac, const char *what, const char *fmt, ...)
 {
 	struct redisc_conn *conn = ac->data;
 	va_list ap;
