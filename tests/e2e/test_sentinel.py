@@ -15,9 +15,10 @@ from lbtest import (REDIS_SERVER, Broker, Redis, Resp, free_port, main,
                     wait_for)
 
 
-def master_and_replica(test, prefix):
+def master_and_replica(test, prefix, link=False):
     """test.tmpdir, test.master and test.replica (replicating), all
-    removed after the test."""
+    removed after the test; with link, the replica reaches its master
+    through test.link (a Link)."""
     test.tmpdir = tempfile.mkdtemp(prefix=prefix)
     test.addCleanup(shutil.rmtree, test.tmpdir, ignore_errors=True)
     mdir, rdir = (os.path.join(test.tmpdir, d) for d in ("m", "r"))
@@ -25,8 +26,13 @@ def master_and_replica(test, prefix):
     os.mkdir(rdir)
     test.master = Redis(mdir)
     test.addCleanup(test.master.kill)
+    port = test.master.port
+    if link:
+        test.link = Link(port)
+        test.addCleanup(test.link.close)
+        port = test.link.port
     test.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
-                                      str(test.master.port)])
+                                      str(port)])
     test.addCleanup(test.replica.kill)
     wait_for(lambda: "master_link_status:up" in
              test.replica("INFO", "replication"), 10)
@@ -166,20 +172,7 @@ class LaggingFailover(unittest.TestCase):
     been told EVENT LOST, and the new grant's fence is higher."""
 
     def setUp(self):
-        self.tmpdir = tempfile.mkdtemp(prefix="lblag-")
-        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        mdir, rdir = (os.path.join(self.tmpdir, d) for d in ("m", "r"))
-        os.mkdir(mdir)
-        os.mkdir(rdir)
-        self.master = Redis(mdir)
-        self.addCleanup(self.master.kill)
-        self.link = Link(self.master.port)
-        self.addCleanup(self.link.close)
-        self.replica = Redis(rdir, extra=["--replicaof", "127.0.0.1",
-                                          str(self.link.port)])
-        self.addCleanup(self.replica.kill)
-        wait_for(lambda: "master_link_status:up" in
-                 self.replica("INFO", "replication"), 10)
+        master_and_replica(self, "lblag-", link=True)
         start_sentinel(self)
         self.broker = Broker(self.tmpdir, self.master.port, {"redis": {
             "sentinels": ["127.0.0.1:%d" % self.sport],
