@@ -22,7 +22,7 @@ enum chaos_fault {
 				    and an ACQUIRE of the token keeps it */
 	CHAOS_NO_FOREIGN_NOTICE, /* a grant released or shortened through
 				    another broker tells its holders nothing */
-	CHAOS_NO_TICKETS,	 /* exclusive waiters take no ticket: each
+	CHAOS_NO_TICKETS,	 /* waiters take no ticket: each
 				    broker's queue is its own again */
 	CHAOS_NO_GRACE,		 /* a new incarnation of the lock data grants
 				    again after 1 ms, not trust_ms, and

@@ -690,43 +690,6 @@ lockq_deadline_cb(evutil_socket_t fd, short what, void *arg)
 		lockreq_free(req);
 }
 
-/* How long an exclusive hold here under another token stays valid; 0 if
- * none. */
-static uint64_t
-lockq_local_hold_left(struct lock_name *ln, const char *token)
-{
-	struct lock_hold *h;
-	uint64_t now = mono_ms(), left = 0;
-
-	LIST_FOREACH (h, &ln->holds, name_entry) {
-		if ((h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL) &&
-		    strcmp(h->token, token) != 0 && h->valid_until_ms > now &&
-		    h->valid_until_ms - now > left)
-			left = h->valid_until_ms - now;
-	}
-	return left;
-}
-
-/*
- * A new head asks Redis at once, unless a client of ours holds the name
- * exclusively: then Redis would only refuse, and the hold's release hands
- * the lock over (one round trip) or its loss kicks the queue. A try still
- * comes after retry_max_ms, in case the hold was released through another
- * broker. A FILL asks at once: its refusal tells it which leader to wait on.
- */
-static void
-lockq_first_try(struct lock_name *ln, struct lock_req *req)
-{
-	uint64_t left = 0, max = (uint64_t)q.cf->locks.retry_max_ms;
-
-	if (req->wait_ms != 0 && req->mode != LOCK_FILL && req->ticket == 0)
-		left = lockq_local_hold_left(ln, req->token);
-	if (left == 0)
-		lockq_attempt(ln);
-	else
-		lockq_retry_at(ln, left < max ? left + 1 : max);
-}
-
 void
 lockq_enqueue(struct lock_req *req)
 {
@@ -734,8 +697,9 @@ lockq_enqueue(struct lock_req *req)
 
 	if (req->mode == LOCK_FILL && req->wait_ms != 0)
 		req->watch = lockq_watch_of(ln);
-	/* An exclusive waiter's place is one queue for every broker. */
-	if (req->mode == LOCK_EXCLUSIVE && req->wait_ms != 0 &&
+	/* A waiter's place is one queue for every broker (a FILL waiter
+	 * waits on its leader instead). */
+	if (req->mode != LOCK_FILL && req->wait_ms != 0 &&
 	    chaos_fault != CHAOS_NO_TICKETS) {
 		req->ticket = ++q.tickets;
 		STAT_INC(tickets_total);
@@ -753,7 +717,7 @@ lockq_enqueue(struct lock_req *req)
 	if (lockq_trier(ln) == req && !ln->attempting) {
 		ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
-		lockq_first_try(ln, req);
+		lockq_attempt(ln); /* a waiter asks for its place at once */
 	} else if (req->ticket != 0) {
 		lockq_take(req);
 	} else if (req->mode == LOCK_FILL && req->wait_ms != 0 &&

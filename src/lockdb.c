@@ -130,13 +130,19 @@ lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
 }
 
 /* On this broker's channel: "<name> <n> <fence> <token>", a release
- * handed name to ticket n. */
+ * handed name to ticket n; or "<name>", readers queued here may try. */
 static bool
 lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
 {
 	char *w[5];
+	int n = proto_split(msg, len, w, 5);
 
-	if (proto_split(msg, len, w, 5) != 4 || !proto_valid_name(w[0]) ||
+	if (n == 1 && proto_valid_name(w[0])) {
+		news->kind = LDB_NEWS_RELEASED;
+		news->name = w[0];
+		return true;
+	}
+	if (n != 4 || !proto_valid_name(w[0]) ||
 	    proto_parse_u64(w[1], UINT64_MAX, &news->ticket) != 0 ||
 	    proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0 ||
 	    !proto_valid_token(w[3]))
@@ -646,15 +652,15 @@ lockdb_acquire(
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
 	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
+	ticket[0] = '\0';
+	if (a->ticket != 0)
+		snprintf(ticket, sizeof ticket, "%s#%" PRIu64, ldb.broker,
+		    a->ticket);
+	snprintf(least, sizeof least, "%" PRIu64, a->least);
 	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL) {
 		snprintf(mode, sizeof mode, "%d", a->mode == LDB_FILL);
 		snprintf(watch, sizeof watch, "%" PRIu64, a->watch);
 		args[5] = watch;
-		ticket[0] = '\0';
-		if (a->ticket != 0)
-			snprintf(ticket, sizeof ticket, "%s#%" PRIu64,
-			    ldb.broker, a->ticket);
-		snprintf(least, sizeof least, "%" PRIu64, a->least);
 		/* An exclusive ACQUIRE never reaches :done and :fill. */
 		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire,
 		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 10, name,
@@ -672,8 +678,11 @@ lockdb_acquire(
 	args[7] = name;
 	args[8] = ldb.inc;
 	args[9] = ldb.runid;
+	args[10] = ticket;
+	args[11] = least;
+	args[12] = ldb.live;
 	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, lockdb_lua_share.nkeys,
-	    name, 10, args, cb, arg);
+	    name, 13, args, cb, arg);
 }
 
 void

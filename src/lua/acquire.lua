@@ -23,7 +23,10 @@
 -- <broker>"). A writer shared holders keep out marks itself (writer: no
 -- new reader comes in meanwhile, and the reply's fourth element says so),
 -- and marks it again while an exclusive holder keeps it out after that;
--- its grant clears the mark (clear). A token that is one of the shared
+-- its grant clears the mark (clear); a writer with a ticket needs no mark
+-- (readers with tickets queue behind it, and a reader without one is let
+-- in only while nobody queues), and a writer that set one goes before
+-- readers' tickets (share.lua). A token that is one of the shared
 -- holders is in the other family. A refused waiter without a ticket marks
 -- the name as waited for (for mark ms), so that its release is announced; a FILL
 -- waiter also asks for its end to be marked done, and a FILL whose watched
@@ -83,6 +86,7 @@ if closed then -- a grace period: a waiter keeps its place, nothing more
   return closed
 end
 local function refuse(pt, f, w)
+  if tk ~= '' then w = 0 end -- its place keeps later readers out
   if ARGV[3] ~= '0' then
     -- A ticket needs no announcement: a release hands the name to it.
     if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
@@ -132,6 +136,11 @@ if v and leftover(KEYS[10], ARGV[13], KEYS[1], fs) then
 end
 if not v then
   if first == nil or first == tk then return grant() end
+  -- A writer without a ticket that keeps readers out goes before them.
+  if tk == '' and ARGV[7] == '1' and qmode(KEYS[4], first) ~= 'EXCLUSIVE'
+  then
+    return grant()
+  end
   -- Free, but the first ticket's: no holder to watch or wait for.
   return refuse(-1, 0, ARGV[7] == '1' and 1 or 0)
 end

@@ -13,13 +13,17 @@
 -- is set only with :waiters), marks the work done with its fence.
 --
 -- Once the name is free, the first live ticket gets it in the same script
+-- if it is an exclusive one
 -- (its fence made here, so the name is never free in between; the writer
 -- mark goes, the new holder being a writer). A ticket of this broker gets
 -- its own ttl, counted by the broker from before this release was sent;
 -- another broker's gets at most handoff ms, and a message on that
 -- broker's channel ("<name> <n> <fence> <token>"): that broker confirms
 -- the grant (EXTEND with the fence) before it answers its client, so a
--- grant to a broker that died is free again after handoff ms. With no
+-- grant to a broker that died is free again after handoff ms. When the
+-- first ticket is a reader's (SHARED or LIMIT), free name or not, the
+-- brokers of the first readers' tickets are told "<name>" on their
+-- channels and try (share.lua lets them in in the queue's order). With no
 -- ticket, the name is published if anyone waits (:waiters).
 --
 -- A hand-over is a grant: it is made only through an open incarnation
@@ -70,15 +74,21 @@ if by ~= ARGV[7] then
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs .. ' ' ..
     ARGV[7])
 end
-if redis.call('EXISTS', KEYS[8]) == 1 and
-    redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[8]) == 1 then
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
 -- include tickets.lua
-  local tk, b
+  local tk, b, m
   if not gate(KEYS[12], ARGV[11], ARGV[12]) then
     tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now_ms(), ARGV[10])
+    m = tk and qmode(KEYS[9], tk)
+  end
+  if m and m ~= 'EXCLUSIVE' then -- readers: their brokers try now
+    qwake(KEYS[8], KEYS[9], KEYS[10], now_ms(), m, ARGV[7], ARGV[9], ARGV[3])
+    tk = nil
+  elseif redis.call('EXISTS', KEYS[1]) == 1 then
+    tk = nil -- readers still hold it: the writer waits for the last
   end
   local d = tk and redis.call('HGET', KEYS[9], tk)
   local tok, ttl, info = string.match(d or '', '^(%S+) (%d+) (.*)$')

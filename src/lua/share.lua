@@ -6,33 +6,59 @@
 -- set, its own fence from the same counter, and its WHO entry in the hash.
 -- A same-token re-grant through another broker is treated as acquire.lua's.
 --
--- Gated as acquire.lua is (lib/gate.lua).
+-- A waiter takes its place in the name's one queue (lib/tickets.lua), as
+-- an exclusive one does, and is let in only in the queue's order: every
+-- live ticket before its own in its mode (readers behind a waiting writer
+-- stay behind it, on every broker), and under LIMIT n only if the holders
+-- and those before it leave room. A try without a ticket (WAIT 0) is let
+-- in only while nobody queues. A writer without a ticket (a FILL waiter)
+-- keeps new readers out with the writer mark, as before tickets.
 --
--- KEYS: lock fence waiters holders who writer /incarnation
+-- Gated as acquire.lua is (lib/gate.lua); in a grace period a waiter
+-- still takes its place.
+--
+-- KEYS: lock fence waiters holders who writer /incarnation queue tickets brokers
 -- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
---   channel, name, incarnation, run_id
--- Returns {1, fence}, {0, ms to look again, 0, 0}, {3, n}, or gate.lua's
---   {-1, 0} or {-2, ms}.
+--   channel, name, incarnation, run_id, ticket ("<broker>#<n>", or ""),
+--   least, live (as acquire.lua's)
+-- Returns {1, fence}, {0, ms to look again (-1: none known), 0, 0}, {3, n},
+--   or gate.lua's {-1, 0} or {-2, ms}.
 
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
+-- include tickets.lua
 local closed = gate(KEYS[7], ARGV[9], ARGV[10])
-if closed then return closed end
+if closed and closed[1] == -1 then return closed end
+local now = now_ms()
+local tk = ARGV[11]
+local function place()
+  if tk ~= '' and ARGV[3] ~= '0' then
+    qtake(KEYS[8], KEYS[9], KEYS[10], tk,
+      ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[12], ARGV[13], now)
+  end
+end
+if closed then place() return closed end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
 local function refuse(t)
-  if ARGV[3] ~= '0' then
+  if ARGV[3] ~= '0' and tk == '' then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
   end
+  place()
   return {0, t, 0, 0}
+end
+local function unqueue()
+  if tk ~= '' then
+    redis.call('ZREM', KEYS[8], tk)
+    redis.call('HDEL', KEYS[9], tk)
+  end
 end
 if v and v ~= '=shared' then
   if holds then return {3, -1} end
   return refuse(redis.call('PTTL', KEYS[1]))
 end
-local now = now_ms()
 local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
 if n > 0 then
   local m = redis.call('HGET', KEYS[5], '=mode')
@@ -63,17 +89,25 @@ if n > 0 then
     redis.call('ZADD', KEYS[4], at, ARGV[1])
     stretch(KEYS[1], KEYS[4], KEYS[5], now)
     redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)
+    unqueue()
     return {1, tonumber(fs)}
   end
 end
 local t = redis.call('PTTL', KEYS[6])
 if t > 0 then return refuse(t) end
-if ARGV[6] ~= '0' and n >= tonumber(ARGV[6]) then
+local before = 0
+if qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[13]) then
+  before = tk ~= '' and qbefore(KEYS[8], KEYS[9], KEYS[10], now, tk,
+    ARGV[5])
+  if not before then return refuse(-1) end
+end
+if ARGV[6] ~= '0' and n + before >= tonumber(ARGV[6]) then
   local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  return refuse(tonumber(low[2]) - now)
+  return refuse(n > 0 and tonumber(low[2]) - now or -1)
 end
 local f = next_fence(KEYS[2])
 if type(f) ~= 'number' then return f end
+unqueue()
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
   '=mode', ARGV[5])

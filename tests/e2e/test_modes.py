@@ -750,6 +750,56 @@ class Review(ModesBase):
         self.assertEqual(second.cmd("RELEASE ww"), "OK")
         self.assertRegex(reader.line(), OK_RE)
 
+    def test_limit_waiters_are_served_in_arrival_order_across_brokers(self):
+        # LIMIT 1 held on one broker; six waiters arrive in turn, on the
+        # two brokers alternately (the holder's broker second). Each is
+        # granted in the order it came, whichever broker it is on: one
+        # queue per name in Redis, readers and semaphores included. (Before
+        # readers took tickets, a release woke every broker and this
+        # broker's own waiters went first.)
+        other = self.second()
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE lq LIMIT 1"), OK_RE)
+        ws = []
+        for i in range(6):
+            b = other if i % 2 == 0 else self.broker
+            c = self.client(b)
+            c.send("ACQUIRE lq LIMIT 1 WAIT %d" % (10000 * SLOW))
+            n = sum(1 for w in ws if w[0] is b) + 1
+            wait_for(lambda: waiters(b) == n)
+            time.sleep(0.05)  # its try took its place in Redis
+            ws.append((b, c))
+        self.assertEqual(h.cmd("RELEASE lq"), "OK")
+        for i, (_, c) in enumerate(ws):
+            got = poll_lines([w for _, w in ws[i:]], 3.0 * SLOW, want=1)
+            self.assertEqual(list(got), [0], "waiter %d of 6 was not next: "
+                             "%r" % (i + 1, got))
+            self.assertRegex(got[0][0], OK_RE)
+            self.assertEqual(c.cmd("RELEASE lq"), "OK")
+
+    def test_reader_queued_before_a_writer_goes_first(self):
+        # A writer holds; a reader queues on the other broker, then a
+        # writer here. The reader is first in the one queue, so the
+        # holder's release lets the reader in, not this broker's writer.
+        other = self.second()
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE rw1"), OK_RE)
+        r = self.client(other)
+        r.send("ACQUIRE rw1 SHARED WAIT %d" % (10000 * SLOW))
+        wait_for(lambda: waiters(other) == 1)
+        time.sleep(0.05)
+        w = self.client()
+        w.send("ACQUIRE rw1 WAIT %d" % (10000 * SLOW))
+        wait_for(lambda: waiters(self.broker) == 1)
+        time.sleep(0.05)
+        self.assertEqual(h.cmd("RELEASE rw1"), "OK")
+        got = poll_lines([r, w], 3.0 * SLOW, want=1)
+        self.assertEqual(list(got), [0], got)
+        fr = fence_of(got[0][0])
+        self.quiet([w])
+        self.assertEqual(r.cmd("RELEASE rw1"), "OK")
+        self.assertGreater(fence_of(w.line()), fr)
+
 
 if __name__ == "__main__":
     main()

@@ -138,10 +138,15 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("EXISTS", "lockbroker:{y}"), 1)
         self.assertEqual(self.release("y", "t", f(1), done=1), 1)
 
+    def share(self, name, tok, mode="LIMIT=2", n=2, mark=700, ticket="",
+              least=0, broker=ME):
+        return self.run_script("share", name, tok, 10000, mark,
+                               info(mode, broker), mode, n, CH, name, INC,
+                               "", ticket, least, 700)
+
     def test_share_limit_and_writer(self):
         def share(tok, mode="LIMIT=2", n=2):
-            return self.run_script("share", "m", tok, 10000, 700,
-                                   info(mode), mode, n, CH, "m", INC, "")
+            return self.share("m", tok, mode, n)
         self.assertEqual(share("a"), [1, f(1)])
         self.assertEqual(share("b"), [1, f(2)])
         self.assertEqual(share("c")[0], 0)
@@ -152,6 +157,67 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("EXISTS", "lockbroker:{m}:writer"), 1)
         self.assertEqual(self.release("m", "a", fence=f(2)), 0)
         self.assertEqual(self.release("m", "a", fence=f(1)), 1)
+
+    def test_readers_queue_in_order(self):
+        """Readers take tickets in the one queue: behind a writer's
+        ticket they stay behind it, a LIMIT lets them in in their order, a
+        try without a ticket never jumps the queue, and a release tells
+        the brokers of the first readers' tickets (not a writer's hand-over)
+        to try."""
+        q = "lockbroker:{o}:queue"
+        self.assertEqual(self.share("o", "r1", "SHARED", 0), [1, f(1)])
+        # A writer queues behind the reader (its ticket, no writer mark).
+        w = self.acquire("o", "w", mark=700, ticket=ME + "#1", least=1)
+        self.assertEqual((w[0], w[3]), (0, 0))
+        self.assertEqual(self.r("EXISTS", "lockbroker:{o}:writer"), 0)
+        # A later reader, on another broker, stays behind the writer; so
+        # does a try-once.
+        r2 = self.share("o", "r2", "SHARED", 0, ticket=OTHER + "#1",
+                        least=1, broker=OTHER)
+        self.assertEqual(r2[0], 0)
+        self.assertEqual(self.share("o", "r3", "SHARED", 0, mark=0)[0], 0)
+        self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#1", OTHER + "#1"])
+        # The last reader goes: the writer is handed the name, nothing else.
+        self.assertEqual(self.release("o", "r1", f(1)), [1, f(2), 1, "w"])
+        self.assertTrue(self.r("GET", "lockbroker:{o}").startswith("w "))
+        # The writer goes: the reader's broker is told to try, and it is
+        # let in, first in the queue.
+        sub = Resp(self.redis.port)
+        self.addCleanup(sub.close)
+        sub("SUBSCRIBE", "lockbroker:to:" + OTHER)
+        self.assertEqual(self.release("o", "w", f(2)), 1)
+        self.assertEqual(sub._read(),
+                         ["message", "lockbroker:to:" + OTHER, "o"])
+        self.assertEqual(self.r("EXISTS", "lockbroker:{o}"), 0)
+        self.assertEqual(self.acquire("o", "x")[0], 0)  # never jumps
+        self.assertEqual(self.share("o", "r2", "SHARED", 0,
+                                    ticket=OTHER + "#1", least=1,
+                                    broker=OTHER), [1, f(3)])
+        self.assertEqual(self.r("ZCARD", q), 0)
+        # LIMIT 2: behind a writer, three readers queue; once it goes, the
+        # first two get in (whichever asks first), the third waits for a
+        # place.
+        self.assertEqual(self.share("l", "a"), [1, f(1)])
+        self.assertEqual(self.acquire("l", "w", mark=700, ticket=ME + "#8",
+                                      least=8)[0], 0)
+        self.assertEqual(self.share("l", "b", ticket=ME + "#9",
+                                    least=8)[0], 0)
+        self.assertEqual(self.release("l", "a", f(1)), [1, f(2), 8, "w"])
+        self.assertEqual(self.share("l", "c", ticket=OTHER + "#3",
+                                    least=3, broker=OTHER)[0], 0)
+        self.assertEqual(self.share("l", "d", ticket=OTHER + "#4",
+                                    least=3, broker=OTHER)[0], 0)
+        self.assertEqual(self.release("l", "w", f(2)), 1)  # b, c, d wait
+        self.assertEqual(self.share("l", "d", ticket=OTHER + "#4",
+                                    least=3, broker=OTHER)[0], 0)
+        self.assertEqual(self.share("l", "c", ticket=OTHER + "#3",
+                                    least=3, broker=OTHER), [1, f(3)])
+        self.assertEqual(self.share("l", "d", ticket=OTHER + "#4",
+                                    least=3, broker=OTHER)[0], 0)
+        self.assertEqual(self.share("l", "b", ticket=ME + "#9",
+                                    least=9), [1, f(4)])
+        self.assertEqual(self.r("ZRANGE", "lockbroker:{l}:queue", 0, -1),
+                         [OTHER + "#4"])
 
     def test_tickets_queue_and_hand_over(self):
         """A refused try with a ticket takes its place; a free name goes to

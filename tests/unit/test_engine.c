@@ -393,9 +393,9 @@ END_TEST
 START_TEST(test_release_notheld)
 {
 	ck_assert_int_eq(release(1, "a", NULL), -1);
-	ck_assert_str_eq(
-	    told_take(), "1 ERR NOTHELD this connection does not hold it "
-			 "(give TOKEN <t> for a grant made elsewhere)");
+	ck_assert_str_eq(told_take(),
+	    "1 ERR NOTHELD this connection does not hold it "
+	    "(give TOKEN <t> for a grant made elsewhere)");
 	ck_assert_uint_eq(fake_count(), 0);
 	ck_assert_int_eq(release(1, "a", "someone-else"), 0);
 	fake_reply(expect(FAKE_RELEASE, "a"), LDB_NO);
@@ -1211,25 +1211,6 @@ START_TEST(test_eof_already_waiting)
 	ck_assert(!lock_owner_eof(O(1)));
 	lock_owner_gone(O(1), true);
 	ck_assert_str_eq(told_take(), "");
-}
-END_TEST
-
-/* A head held back by an exclusive hold here has not asked (a reader:
- * an exclusive waiter asks at once, for its place): it asks once, now. */
-START_TEST(test_eof_held_back_head)
-{
-	struct lock_acquire_args a = args(0, -1), s = args(0, -1);
-	struct fake_call *c;
-
-	s.mode = LOCK_SHARED;
-	hold(1, "a", &a, 1);
-	ck_assert_int_eq(acquire(2, "a", &s), 0);
-	ck_assert_uint_eq(fake_count(), 0);
-	ck_assert(lock_owner_eof(O(2)));
-	c = expect(FAKE_ACQUIRE, "a");
-	ck_assert_uint_eq(c->ask.mark_ms, 0);
-	fake_refuse(c, 9000, 1);
-	ck_assert_str_eq(told_take(), "2 TIMEOUT");
 }
 END_TEST
 
@@ -2152,13 +2133,12 @@ START_TEST(test_shared_and_limit)
 	l.limit = 3;
 	ck_assert_int_eq(acquire(1, "a", &s), 0);
 	ck_assert_int_eq(acquire(2, "a", &s), 0);
+	ck_assert_uint_eq(fake_count(), 2); /* each asks for its place */
 	c = expect(FAKE_ACQUIRE, "a");
-	ck_assert_uint_eq(fake_count(), 1);
 	ck_assert_int_eq(c->ask.mode, LDB_SHARED);
 	ck_assert_msg(
 	    strncmp(c->ask.info, "SHARED ", 7) == 0, "%s", c->ask.info);
 	fake_grant(c, 1);
-	ck_assert(wait_calls(1));
 	fake_grant(expect(FAKE_ACQUIRE, "a"), 2);
 	ck_assert_str_eq(
 	    told_take(), "1 OK fence=1 ttl=10000; 2 OK fence=2 ttl=10000");
@@ -2427,21 +2407,29 @@ START_TEST(test_renewal_during_own_status)
 }
 END_TEST
 
-/* §3 Sharing modes, Order: an exclusive waiter asks Redis for its place
- * in the queue across brokers at once, so it may be served before a
- * reader that queued here earlier (readers take no ticket yet). */
-START_TEST(test_later_writer_asks_before_earlier_reader)
+/* §3 Sharing modes, Order: a reader takes its place in the queue across
+ * brokers at once, as a writer does, so a writer that came after it here
+ * is behind it everywhere. */
+START_TEST(test_reader_takes_its_place_before_a_later_writer)
 {
 	struct lock_acquire_args a = args(0, -1), s = args(0, -1);
+	struct fake_call *c;
+	uint64_t reader;
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
 	s.mode = LOCK_SHARED;
 	hold(1, "a", &a, 1);
 	ck_assert_int_eq(acquire(2, "a", &s), 0); /* first */
-	ck_assert_uint_eq(fake_count(), 0);	  /* held here: it waits */
+	ck_assert_uint_eq(fake_count(), 1);	  /* asks for its place */
 	ck_assert_int_eq(acquire(3, "a", &a), 0); /* then a writer */
-	ck_assert_uint_eq(fake_count(), 1);	  /* it takes its place */
-	expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(fake_count(), 2);
+	c = expect(FAKE_ACQUIRE, "a");
+	ck_assert_int_eq(c->ask.mode, LDB_SHARED);
+	ck_assert_uint_ne(c->ask.ticket, 0);
+	reader = c->ask.ticket;
+	c = fake_pending(1);
+	ck_assert_int_eq(c->ask.mode, LDB_EXCLUSIVE);
+	ck_assert_uint_gt(c->ask.ticket, reader);
 }
 END_TEST
 
@@ -2490,8 +2478,8 @@ START_TEST(test_new_incarnation)
 	c = expect_find(FAKE_CHECK, "a");
 	ck_assert_uint_eq(c->fence, 7);
 	ck_assert_uint_gt(c->ttl_ms, 50000);
-	ck_assert_msg(strncmp(c->ask_info, "EXCLUSIVE ", 10) == 0, "%s",
-	    c->ask_info);
+	ck_assert_msg(
+	    strncmp(c->ask_info, "EXCLUSIVE ", 10) == 0, "%s", c->ask_info);
 	fake_reply(c, LDB_OK);
 	c = expect_find(FAKE_CHECK, "s");
 	ck_assert_uint_eq(c->ttl_ms, 0);
@@ -2572,7 +2560,6 @@ engine_suite(void)
 	tcase_add_test(tc, test_owner_gone_other_request);
 	tcase_add_test(tc, test_eof_first_try);
 	tcase_add_test(tc, test_eof_already_waiting);
-	tcase_add_test(tc, test_eof_held_back_head);
 	tcase_add_test(tc, test_renewal_stolen);
 	tcase_add_test(tc, test_renewal_unavailable);
 	tcase_add_test(tc, test_renewal_skipped_while_regrant);
@@ -2614,7 +2601,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_stop);
 	tcase_add_test(tc, test_limits);
 	tcase_add_test(tc, test_renewal_during_own_status);
-	tcase_add_test(tc, test_later_writer_asks_before_earlier_reader);
+	tcase_add_test(tc, test_reader_takes_its_place_before_a_later_writer);
 	LOOP(test_acquire_bad_args, badargs);
 	tcase_add_test(tc, test_trust_runs_out);
 	tcase_add_test(tc, test_new_incarnation);

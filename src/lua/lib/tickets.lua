@@ -12,7 +12,23 @@
 -- qhead forgets the dead tickets in front and gives the first live one
 -- and its broker, or nil. qtake puts ticket tk (data d) at the back if it
 -- is not queued yet, and keeps its broker's entry. The keys go two
--- minutes (or ten live times) after the last ask. Needs now.lua.
+-- minutes (or ten live times) after the last ask. A ticket's mode is its
+-- WHO entry's first word (qmode): EXCLUSIVE, SHARED or LIMIT=<n>.
+-- qbefore says whether tk may be granted in mode m by the queue's order:
+-- the live tickets before it (among the first 32) all in m, and how many;
+-- nil when one in another mode is before it or it is further back.
+-- qwake tells the brokers of the first live tickets in the head's mode
+-- (up to 16; not broker self, which kicks its own queue) that they may
+-- try now: "<name>" on their channels. Needs now.lua.
+local function qlive(qb, tk, now)
+  local b, n = string.match(tk, '^(.+)#(%d+)$')
+  local til, least = string.match(redis.call('HGET', qb, b or '') or '',
+    '^(%d+) (%d+)$')
+  if til and tonumber(til) > now and tonumber(n) >= tonumber(least) then
+    return b
+  end
+  return nil
+end
 local function qhead(q, qt, qb, now, live)
   local last = tonumber(redis.call('HGET', qb, '=last') or '')
   if last and now - last > tonumber(live) then
@@ -29,14 +45,37 @@ local function qhead(q, qt, qb, now, live)
   while true do
     local tk = redis.call('ZRANGE', q, 0, 0)[1]
     if not tk then return nil end
-    local b, n = string.match(tk, '^(.+)#(%d+)$')
-    local til, least = string.match(redis.call('HGET', qb, b or '') or '',
-      '^(%d+) (%d+)$')
-    if til and tonumber(til) > now and tonumber(n) >= tonumber(least) then
-      return tk, b
-    end
+    local b = qlive(qb, tk, now)
+    if b then return tk, b end
     redis.call('ZREM', q, tk)
     redis.call('HDEL', qt, tk)
+  end
+end
+local function qmode(qt, tk)
+  return string.match(redis.call('HGET', qt, tk) or '', '^%S+ %S+ (%S+)')
+end
+local function qbefore(q, qt, qb, now, tk, m)
+  local k = 0
+  for _, t in ipairs(redis.call('ZRANGE', q, 0, 31)) do
+    if t == tk then return k end
+    if qlive(qb, t, now) then
+      if qmode(qt, t) ~= m then return nil end
+      k = k + 1
+    end
+  end
+  return nil
+end
+local function qwake(q, qt, qb, now, m, self, prefix, name)
+  local told = {}
+  for _, t in ipairs(redis.call('ZRANGE', q, 0, 15)) do
+    local b = qlive(qb, t, now)
+    if b then
+      if qmode(qt, t) ~= m then return end
+      if b ~= self and not told[b] then
+        redis.call('PUBLISH', prefix .. b, name)
+        told[b] = true
+      end
+    end
   end
 end
 local function qtake(q, qt, qb, tk, d, least, live, now)
