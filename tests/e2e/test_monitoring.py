@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -353,6 +354,29 @@ class Promtool(unittest.TestCase):
         out = self.run_promtool("check", "rules", RULES)
         self.assertIn("SUCCESS: %d rules found" % len(rule_exprs(RULES)),
                       out)
+
+    def test_dashboard_queries_parse(self):
+        """Every dashboard query, its Grafana variables given values, is
+        PromQL that Prometheus accepts (as a recording rule)."""
+        _, queries = dashboard_exprs(DASHBOARD)
+        rules = []
+        for i, (where, expr) in enumerate(queries):
+            expr = re.sub(r'\$__(rate_interval|interval|range)\b', '5m',
+                          expr)
+            expr = VARIABLE.sub('.*', expr)
+            rules.append('      - record: dashboard:query_%d  # %s\n'
+                         '        expr: %s\n' % (i, where, json.dumps(expr)))
+        path = os.path.join(self.tmp(), "dashboard.rules.yml")
+        with open(path, "w") as f:
+            f.write("groups:\n  - name: dashboard\n    rules:\n" +
+                    "".join(rules))
+        out = self.run_promtool("check", "rules", path)
+        self.assertIn("SUCCESS: %d rules found" % len(queries), out)
+
+    def tmp(self):
+        d = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        return d
 
     def test_unit_tests_cover_every_alert(self):
         out = self.run_promtool("test", "rules", RULES_TEST)
