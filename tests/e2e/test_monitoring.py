@@ -12,7 +12,7 @@ import time
 import unittest
 import urllib.request
 
-from lbtest import BrokerTest, free_port, main, wait_for
+from lbtest import BrokerTest, free_port, main
 
 MONITORING = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "..", "..", "monitoring")
