@@ -106,9 +106,56 @@ ask_mode_words(const struct acquire_req *r, char *buf, size_t size)
 		buf[0] = '\0';
 }
 
+/* A wait in seconds as people write it: "1.5 s", "2 s", "0.25 s". */
+static void
+ask_fmt_secs(int64_t ms, char *buf, size_t size)
+{
+	int n = snprintf(
+	    buf, size, "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
+
+	while (n > 0 && buf[n - 1] == '0')
+		buf[--n] = '\0';
+	if (n > 0 && buf[n - 1] == '.')
+		buf[--n] = '\0';
+	snprintf(buf + n, size - (size_t)n, " s");
+}
+
 /*
- * ACQUIRE (or FILL) until granted, TIMEOUT (65) or an error. A FILL may
- * also be answered DONE: LC_FILL_DONE.
+ * A TIMEOUT: busy, or Redis away. The broker answers TIMEOUT to a wait
+ * that ran out while Redis could not be reached as well (protocol §4,
+ * Waiting), so a STATUS tells the two apart: ERR UNAVAILABLE there means
+ * nobody could have been granted the lock, and cron must see an outage.
+ */
+static int
+ask_busy(struct conn *c, const struct acquire_req *r)
+{
+	char secs[48], *line;
+	int rc;
+
+	if (conn_send(c, "STATUS %s", r->name) != 0)
+		return LC_EXIT_UNAVAILABLE;
+	if ((rc = ask_reply(c, LC_IO_TIMEOUT_MS, &line)) != 0)
+		return rc;
+	if (strncmp(line, "ERR UNAVAILABLE ", 16) == 0 ||
+	    strncmp(line, "ERR SHUTDOWN ", 13) == 0) {
+		warnx("%s: lock not obtained: the broker cannot reach Redis",
+		    r->name);
+		return ask_err_exit(line);
+	}
+	if (r->quiet)
+		return LC_BUSY;
+	if (r->wait_ms == 0) {
+		warnx("%s: lock busy (tried once)", r->name);
+	} else {
+		ask_fmt_secs(r->wait_ms, secs, sizeof(secs));
+		warnx("%s: lock busy (waited %s)", r->name, secs);
+	}
+	return LC_BUSY;
+}
+
+/*
+ * ACQUIRE (or FILL) until granted, LC_BUSY, or an error's exit code. A
+ * FILL may also be answered DONE: LC_FILL_DONE.
  */
 int
 ask_acquire(struct conn *c, const struct acquire_req *r, struct grant *g)
@@ -135,6 +182,6 @@ ask_acquire(struct conn *c, const struct acquire_req *r, struct grant *g)
 		if (strcmp(line, "TIMEOUT") != 0)
 			return ask_grant(line, g);
 		if (r->wait_ms >= 0)
-			return LC_EXIT_TIMEOUT;
+			return ask_busy(c, r);
 	}
 }

@@ -4,6 +4,7 @@
  * anything is sent, so a usage error never touches the broker. Exit codes:
  * lockctl.h and lockctl(1).
  */
+#include <ctype.h>
 #include <err.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +26,10 @@
 #define CTL_SECRET_MAX 122
 /* LIMIT <n>: the protocol's range, so a bad n is a usage error here. */
 #define CTL_LIMIT_MAX 10000
+/* The longest duration taken, in ms: room to add to it without overflow. */
+#define CTL_MS_MAX ((uint64_t)INT64_MAX / 4)
+/* A bare --wait this long or longer was likely meant as milliseconds. */
+#define CTL_WAIT_WARN_S 1000
 
 /* The options a subcommand may take, as bits. */
 enum {
@@ -36,15 +41,20 @@ enum {
 	OPT_GRACE = 1 << 5,
 	OPT_SHARED = 1 << 6,
 	OPT_LIMIT = 1 << 7,
+	OPT_EXIT = 1 << 8,
+	OPT_QUIET = 1 << 9,
 };
 
 /* The lock modes beyond exclusive, for acquire and run. */
 #define OPT_MODES (OPT_SHARED | OPT_LIMIT)
+/* How long to wait, and what to say and exit with when the lock is busy. */
+#define OPT_BUSY (OPT_WAIT | OPT_TRY | OPT_EXIT | OPT_QUIET)
 
 /* Everything any subcommand parsed from its arguments. */
 struct ctl_args {
 	unsigned seen; /* OPT_* given */
 	struct run_opts run;
+	int busy_exit; /* the exit code when the lock is busy (-E) */
 };
 
 struct ctl_cmd {
@@ -69,34 +79,47 @@ static int ctl_cmd_revoke(struct conn *, struct ctl_args *);
 /* The one table of subcommands; ctl_parse checks arity and options. */
 static const struct ctl_cmd ctl_cmds[] = {
 	{ "acquire", true, false,
-	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_KEEP | OPT_TOKEN | OPT_MODES,
-	    OPT_TTL, ctl_cmd_acquire },
+	    OPT_TTL | OPT_BUSY | OPT_KEEP | OPT_TOKEN | OPT_MODES, OPT_TTL,
+	    ctl_cmd_acquire },
 	{ "release", true, false, OPT_TOKEN, OPT_TOKEN, ctl_cmd_release },
 	{ "status", true, false, 0, 0, ctl_cmd_status },
 	{ "who", true, false, 0, 0, ctl_cmd_who },
 	{ "revoke", true, false, 0, 0, ctl_cmd_revoke },
 	{ "info", false, false, 0, 0, ctl_cmd_info },
 	{ "ping", false, false, 0, 0, ctl_cmd_ping },
-	{ "run", true, true,
-	    OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE | OPT_MODES, 0,
+	{ "run", true, true, OPT_TTL | OPT_BUSY | OPT_GRACE | OPT_MODES, 0,
 	    ctl_cmd_run },
-	{ "fill", true, true, OPT_TTL | OPT_WAIT | OPT_TRY | OPT_GRACE, 0,
-	    ctl_cmd_fill },
+	{ "fill", true, true, OPT_TTL | OPT_BUSY | OPT_GRACE, 0, ctl_cmd_fill },
 };
 
+/* The subcommands' options; the short ones are flock(1)'s letters. */
 static const struct ctl_opt {
 	const char *name;
+	char letter; /* the short form, or 0 */
 	unsigned bit;
 	bool value;
 } ctl_opts[] = {
-	{ "--ttl", OPT_TTL, true },
-	{ "--wait", OPT_WAIT, true },
-	{ "--try", OPT_TRY, false },
-	{ "--keep", OPT_KEEP, false },
-	{ "--token", OPT_TOKEN, true },
-	{ "--grace", OPT_GRACE, true },
-	{ "--shared", OPT_SHARED, false },
-	{ "--limit", OPT_LIMIT, true },
+	{ "--ttl", 0, OPT_TTL, true },
+	{ "--wait", 'w', OPT_WAIT, true },
+	{ "--try", 'n', OPT_TRY, false },
+	{ "--conflict-exit-code", 'E', OPT_EXIT, true },
+	{ "--quiet", 'q', OPT_QUIET, false },
+	{ "--keep", 0, OPT_KEEP, false },
+	{ "--token", 0, OPT_TOKEN, true },
+	{ "--grace", 0, OPT_GRACE, true },
+	{ "--shared", 0, OPT_SHARED, false },
+	{ "--limit", 0, OPT_LIMIT, true },
+};
+
+/* Units of a duration; a bare number is in the option's own unit. */
+static const struct ctl_unit {
+	const char *name;
+	uint64_t ms;
+} ctl_units[] = {
+	{ "ms", 1 },
+	{ "s", 1000 },
+	{ "m", 60000 },
+	{ "h", 3600000 },
 };
 
 static char ctl_secret[CTL_SECRET_MAX + 2];
@@ -108,12 +131,12 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	fprintf(f,
 	    "usage: lockctl [-s HOST:PORT | -u PATH] [-a SECRET_FILE] "
 	    "SUBCOMMAND ...\n"
-	    "  run [--wait MS | --try] [--ttl MS] [--grace MS] "
-	    "[--shared | --limit N]\n"
-	    "      NAME -- COMMAND [ARG...]\n"
-	    "  fill [--wait MS | --try] [--ttl MS] [--grace MS] NAME -- "
-	    "COMMAND [ARG...]\n"
-	    "  acquire NAME --ttl MS [--wait MS | --try] [--keep] "
+	    "  run [-w WAIT | -n] [-E N] [-q] [--ttl TTL] [--grace TIME]\n"
+	    "      [--shared | --limit N] NAME -- COMMAND [ARG...]\n"
+	    "  fill [-w WAIT | -n] [-E N] [-q] [--ttl TTL] [--grace TIME] "
+	    "NAME --\n"
+	    "      COMMAND [ARG...]\n"
+	    "  acquire NAME --ttl TTL [-w WAIT | -n] [-E N] [-q] [--keep] "
 	    "[--token T]\n"
 	    "      [--shared | --limit N]\n"
 	    "  release NAME --token T\n"
@@ -122,6 +145,17 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	    "  revoke NAME   (-a FILE must hold auth.admin_secret)\n"
 	    "  info\n"
 	    "  ping\n"
+	    "  -w, --wait WAIT   give up after WAIT (-w 0: try once); "
+	    "default: forever\n"
+	    "  -n, --try         try once\n"
+	    "  -E, --conflict-exit-code N  exit N when the lock is busy "
+	    "(default 75)\n"
+	    "  -q, --quiet       no 'lock busy' line on stderr\n"
+	    "Durations: a number with a unit, ms, s, m or h (1500ms, 1.5s, "
+	    "2m);\n"
+	    "  a bare number is seconds for -w (as flock -w), milliseconds "
+	    "for\n"
+	    "  --ttl and --grace.\n"
 	    "Broker: -s/-u, else $LOCKBROKER_ADDR, else %s.\n"
 	    "Secret: -a FILE (its first line), else $LOCKBROKER_SECRET.\n"
 	    "Exit status:\n"
@@ -129,13 +163,15 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	    "killed it;\n"
 	    "           fill: also when another caller did the work (DONE)\n"
 	    "  64       usage error\n"
-	    "  65       lock not obtained (TIMEOUT after --wait or --try)\n"
 	    "  66       run, fill: lock lost while COMMAND ran; its group was "
 	    "stopped\n"
 	    "  67       release: the token does not hold the lock\n"
-	    "  69       broker or Redis unavailable\n"
+	    "  69       broker or Redis unavailable (also when a wait ran "
+	    "out then)\n"
 	    "  70       any other error from the broker\n"
 	    "  71       local error (secret file, fork, stdout)\n"
+	    "  75       lock busy: not obtained within -w, or -n (-E N "
+	    "changes it)\n"
 	    "  77       AUTH refused, or needed and no secret given\n"
 	    "  126/127  run, fill: COMMAND not executable / not found\n",
 	    CTL_DEFAULT_ADDR);
@@ -154,15 +190,71 @@ ctl_usage_err(const char *fmt, ...)
 	exit(LC_EXIT_USAGE);
 }
 
-/* Milliseconds: a plain decimal, as the protocol takes them. */
+/* The unit a duration ends with; NULL when the word is none. */
+static const struct ctl_unit *
+ctl_find_unit(const char *s)
+{
+	for (size_t i = 0; i < sizeof(ctl_units) / sizeof(ctl_units[0]); i++)
+		if (strcmp(ctl_units[i].name, s) == 0)
+			return &ctl_units[i];
+	return NULL;
+}
+
+/*
+ * "1.5s", "1500ms", "2m", or a bare "1.5" in bare_ms units, into ms;
+ * rounded up, so a wait above 0 never becomes a try-once. -1 if bad.
+ */
+static int
+ctl_duration(const char *s, uint64_t bare_ms, uint64_t *ms, bool *bare)
+{
+	uint64_t whole = 0, frac = 0, den = 1, unit = bare_ms;
+	const struct ctl_unit *u;
+	const char *p = s;
+	int digits = 0;
+
+	for (; isdigit((unsigned char)*p); p++, digits++) {
+		if (whole > CTL_MS_MAX / 10)
+			return -1;
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p == '.')
+		for (p++; isdigit((unsigned char)*p); p++, digits++) {
+			if (den == 1000000000) /* finer than we can count */
+				return -1;
+			frac = frac * 10 + (uint64_t)(*p - '0');
+			den *= 10;
+		}
+	if (digits == 0)
+		return -1;
+	if (!(*bare = *p == '\0')) {
+		if ((u = ctl_find_unit(p)) == NULL)
+			return -1;
+		unit = u->ms;
+	}
+	if (whole > CTL_MS_MAX / unit)
+		return -1;
+	*ms = whole * unit + (frac * unit + den - 1) / den;
+	return *ms > CTL_MS_MAX ? -1 : 0;
+}
+
+/* A duration option's value; bare numbers are in bare_ms units. */
 static uint64_t
-ctl_parse_ms(const char *opt, const char *s, uint64_t min)
+ctl_parse_time(const char *opt, const char *s, uint64_t bare_ms, uint64_t min)
 {
 	uint64_t v;
+	bool bare;
 
-	if (proto_parse_u64(s, INT64_MAX / 4, &v) != 0 || v < min)
-		ctl_usage_err("%s wants milliseconds, a plain decimal%s", opt,
-		    min > 0 ? " above 0" : "");
+	if (ctl_duration(s, bare_ms, &v, &bare) != 0 || v < min)
+		ctl_usage_err("%s wants a duration%s: a number and ms, s, m or "
+			      "h (1500ms, 1.5s, 2m); a bare number is %s",
+		    opt, min > 0 ? " above 0" : "",
+		    bare_ms == 1 ? "milliseconds" : "seconds");
+	/* A bare --wait was milliseconds before (lockctl(1), HISTORY). */
+	if (bare && bare_ms == 1000 && v >= CTL_WAIT_WARN_S * 1000)
+		warnx("%s %s means %s seconds (a bare number used to be "
+		      "milliseconds): write %sms for milliseconds, %ss to "
+		      "silence this",
+		    opt, s, s, s, s);
 	return v;
 }
 
@@ -171,16 +263,17 @@ static void
 ctl_set_opt(struct ctl_args *a, const struct ctl_opt *o, const char *v)
 {
 	struct acquire_req *r = &a->run.req;
+	uint64_t n;
 
 	if (a->seen & o->bit)
 		ctl_usage_err("%s given twice", o->name);
 	a->seen |= o->bit;
 	switch (o->bit) {
 	case OPT_TTL:
-		r->ttl_ms = ctl_parse_ms(o->name, v, 1);
+		r->ttl_ms = ctl_parse_time(o->name, v, 1, 1);
 		break;
 	case OPT_WAIT:
-		r->wait_ms = (int64_t)ctl_parse_ms(o->name, v, 0);
+		r->wait_ms = (int64_t)ctl_parse_time(o->name, v, 1000, 0);
 		break;
 	case OPT_TRY:
 		r->wait_ms = 0;
@@ -194,7 +287,15 @@ ctl_set_opt(struct ctl_args *a, const struct ctl_opt *o, const char *v)
 		r->token = v;
 		break;
 	case OPT_GRACE:
-		a->run.grace_ms = ctl_parse_ms(o->name, v, 0);
+		a->run.grace_ms = ctl_parse_time(o->name, v, 1, 0);
+		break;
+	case OPT_EXIT:
+		if (proto_parse_u64(v, 255, &n) != 0)
+			ctl_usage_err("%s wants an exit code, 0-255", o->name);
+		a->busy_exit = (int)n;
+		break;
+	case OPT_QUIET:
+		r->quiet = true;
 		break;
 	case OPT_SHARED:
 		r->shared = true;
@@ -208,32 +309,53 @@ ctl_set_opt(struct ctl_args *a, const struct ctl_opt *o, const char *v)
 	}
 }
 
-/* Parse "--opt[=VALUE]" at argv[*i]; a value may be the next word. */
+/* "--name" or "--name=VALUE": the option, and in *v the inline value. */
+static const struct ctl_opt *
+ctl_long_opt(const char *arg, const char **v)
+{
+	const char *eq = strchr(arg, '=');
+	size_t n = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+
+	*v = eq != NULL ? eq + 1 : NULL;
+	for (size_t k = 0; k < sizeof(ctl_opts) / sizeof(ctl_opts[0]); k++)
+		if (strlen(ctl_opts[k].name) == n &&
+		    strncmp(ctl_opts[k].name, arg, n) == 0)
+			return &ctl_opts[k];
+	return NULL;
+}
+
+/* "-L" or "-LVALUE", as getopt(3) takes them: *v is the rest, if any. */
+static const struct ctl_opt *
+ctl_short_opt(const char *arg, const char **v)
+{
+	*v = arg[2] != '\0' ? arg + 2 : NULL;
+	for (size_t k = 0; k < sizeof(ctl_opts) / sizeof(ctl_opts[0]); k++)
+		if (ctl_opts[k].letter != 0 && ctl_opts[k].letter == arg[1])
+			return &ctl_opts[k];
+	return NULL;
+}
+
+/* Parse the option at argv[*i]; a value may be the next word. */
 static void
 ctl_parse_opt(const struct ctl_cmd *cmd, struct ctl_args *a, int argc,
     char **argv, int *i)
 {
-	const char *arg = argv[*i], *eq = strchr(arg, '=');
-	size_t n = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+	const char *arg = argv[*i], *v;
+	bool is_long = arg[1] == '-';
+	const struct ctl_opt *o =
+	    is_long ? ctl_long_opt(arg, &v) : ctl_short_opt(arg, &v);
 
-	for (size_t k = 0; k < sizeof(ctl_opts) / sizeof(ctl_opts[0]); k++) {
-		const struct ctl_opt *o = &ctl_opts[k];
-
-		if (strlen(o->name) != n || strncmp(o->name, arg, n) != 0)
-			continue;
-		if (!(cmd->opts & o->bit))
-			break;
-		if (!o->value && eq != NULL)
-			ctl_usage_err("%s takes no value", o->name);
-		if (o->value && eq == NULL && *i + 1 == argc)
-			ctl_usage_err("%s wants a value", o->name);
-		if (!o->value)
-			ctl_set_opt(a, o, NULL);
-		else
-			ctl_set_opt(a, o, eq != NULL ? eq + 1 : argv[++*i]);
-		return;
-	}
-	ctl_usage_err("%s: unknown option '%s'", cmd->name, arg);
+	if (o == NULL || !(cmd->opts & o->bit))
+		ctl_usage_err("%s: unknown option '%s'", cmd->name, arg);
+	if (!o->value && v != NULL && is_long)
+		ctl_usage_err("%s takes no value", o->name);
+	if (!o->value && v != NULL)
+		ctl_usage_err("'%s': one short option per word", arg);
+	if (o->value && v == NULL && *i + 1 == argc)
+		ctl_usage_err("%s wants a value", o->name);
+	if (o->value && v == NULL)
+		v = argv[++*i];
+	ctl_set_opt(a, o, v);
 }
 
 /* Cross-option checks, once everything is parsed. */
@@ -269,6 +391,7 @@ ctl_parse(const struct ctl_cmd *cmd, struct ctl_args *a, int argc, char **argv)
 {
 	a->run.req.wait_ms = -1;
 	a->run.grace_ms = CTL_DEFAULT_GRACE_MS;
+	a->busy_exit = LC_EXIT_BUSY;
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 
@@ -585,6 +708,8 @@ main(int argc, char **argv)
 	if ((rc = ctl_auth(&c)) == 0)
 		rc = cmd->fn(&c, &args);
 	conn_quit(&c, LC_IO_TIMEOUT_MS);
+	if (rc == LC_BUSY)
+		return args.busy_exit;
 	if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
 		warn("stdout");
 		return LC_EXIT_OSERR;

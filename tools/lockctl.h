@@ -20,16 +20,19 @@
  */
 enum {
 	LC_EXIT_USAGE = 64,	  /* bad command line */
-	LC_EXIT_TIMEOUT = 65,	  /* lock not obtained (TIMEOUT) */
 	LC_EXIT_LOST = 66,	  /* run: lock lost while COMMAND ran */
 	LC_EXIT_NOTHELD = 67,	  /* release: the token does not hold it */
 	LC_EXIT_UNAVAILABLE = 69, /* broker or Redis unavailable */
 	LC_EXIT_BROKER = 70,	  /* any other ERR, or a reply not understood */
 	LC_EXIT_OSERR = 71,	  /* local: fork, pipe, secret file, stdout */
-	LC_EXIT_AUTH = 77,	  /* ERR AUTH or ERR NOAUTH */
+	LC_EXIT_BUSY = 75, /* lock not obtained (TIMEOUT); -E changes it */
+	LC_EXIT_AUTH = 77, /* ERR AUTH or ERR NOAUTH */
 	/* Not an exit code: ask_acquire's answer when a FILL is DONE (the
 	 * leader finished the work); run_main passes it on, fill exits 0. */
 	LC_FILL_DONE = 256,
+	/* Not an exit code: ask_acquire's answer when the lock is busy;
+	 * main turns it into -E's code (which may be 0, so not here). */
+	LC_BUSY = 257,
 };
 
 /* How long a request that does not wait for a lock may take, connect too. */
@@ -50,6 +53,7 @@ struct acquire_req {
 	bool shared;	   /* SHARED: one of many readers */
 	uint64_t limit;	   /* LIMIT <n>: one of at most n holders; 0: none */
 	bool fill;	   /* FILL: single-flight, RELEASE only after success */
+	bool quiet;	   /* -q: no "lock busy" line on stderr */
 };
 
 /* A grant: "OK <fence> <ttl_ms> <token>". */

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // A small lockbroker client on Node's `net` module only.
 //
-//   const { LockClient } = require('./lockclient');
-//   const lb = await LockClient.connect({ port: 7878 });  // or { path: '/run/lockbroker.sock' }
+//   const { LockClient, parseAddr } = require('./lockclient');
+//   const lb = await LockClient.connect(parseAddr());  // $LOCKBROKER_ADDR; or { port: 7878 },
+//                                                      // or { path: '/run/lockbroker.sock' }
 //   lb.on('lost', ({ name, fence, reason }) => { ... });  // EVENT LOST
 //   const grant = await lb.acquire('reports', { wait: 5000 });
 //   if (grant === null) { /* TIMEOUT */ }
@@ -16,6 +17,16 @@
 // they are emitted as 'lost' events. An `ERR <CODE> <text>` reply rejects
 // with a LockError whose `code` is the CODE. 'close' is emitted when the
 // connection ends; every request still pending is rejected then.
+//
+// Run as a program it is a demo with the options and exit codes of every
+// lockbroker client (docs/clients.md):
+//
+//   node lockclient.js [-s HOST:PORT | -u PATH] [-a SECRET_FILE] [-w WAIT | -n]
+//                      [-E N] [-q] [--ttl TTL] [NAME]
+//
+// acquires NAME (default "demo"), prints its fence, and releases it: exit 0;
+// 64 usage; 69 broker or Redis unavailable; 70 other ERR; 75 lock busy (or
+// -E's N); 77 AUTH refused or needed.
 'use strict';
 
 const net = require('net');
@@ -216,37 +227,160 @@ class LockClient extends EventEmitter {
   close() { this.sock.destroy(); }
 }
 
-module.exports = { LockClient, LockError };
+// The exit codes of every lockbroker client (docs/clients.md).
+const EXIT = { USAGE: 64, UNAVAILABLE: 69, ERROR: 70, OSERR: 71, BUSY: 75, AUTH: 77 };
+const UNITS = { ms: 1, s: 1000, m: 60000, h: 3600000 };
 
-// Demo: node lockclient.js [NAME]; LOCKBROKER_HOST, LOCKBROKER_PORT or
-// LOCKBROKER_UNIX, LOCKBROKER_SECRET from the environment.
-if (require.main === module) {
-  (async () => {
-    const name = process.argv[2] || 'demo';
-    const env = process.env;
-    const lb = await LockClient.connect({
-      host: env.LOCKBROKER_HOST || '127.0.0.1',
-      port: Number(env.LOCKBROKER_PORT || 7878),
-      path: env.LOCKBROKER_UNIX || undefined,
-      secret: env.LOCKBROKER_SECRET,
-    });
-    lb.on('lost', (ev) => console.log(`lost ${ev.name} fence ${ev.fence}: ${ev.reason}`));
-    try {
-      const grant = await lb.acquire(name, { wait: 5000 });
-      if (grant === null) {
-        console.log(`TIMEOUT: ${name} is held by someone else`);
-        process.exitCode = 75;
-        return;
-      }
-      console.log(`acquired ${name} fence ${grant.fence} ttl ${grant.ttl} ms`);
-      console.log(`valid: ${await lb.validate(name, grant.fence)}`);
-      await lb.release(name);
-      console.log(`released ${name}`);
-    } finally {
-      await lb.quit();
+// '1.5s', '1500ms', '2m', '1h', or a bare number in units of bareMs ms,
+// as whole milliseconds rounded up; throws a TypeError if malformed.
+function parseDuration(value, bareMs) {
+  const m = /^(\d*)(?:\.(\d*))?(ms|s|m|h)?$/.exec(String(value));
+  if (!m || (m[1] === '' && !m[2]) || (m[2] || '').length > 9)
+    throw new TypeError(`bad duration '${value}': a number and ms, s, m or h`);
+  const unit = m[3] ? UNITS[m[3]] : bareMs;
+  const frac = m[2] || '';
+  const den = 10 ** frac.length;
+  return Number(m[1] || 0) * unit + Math.ceil((Number(frac || 0) * unit) / den);
+}
+
+// LockClient.connect options for 'HOST:PORT', '[V6]:PORT', 'HOST' or a
+// Unix socket '/PATH'; undefined reads $LOCKBROKER_ADDR, then 127.0.0.1:7878.
+function parseAddr(addr) {
+  if (addr === undefined) addr = process.env.LOCKBROKER_ADDR || '127.0.0.1:7878';
+  if (addr.startsWith('/')) return { path: addr };
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+))(?::(\d+))?$/.exec(addr);
+  const port = m && m[3] ? Number(m[3]) : 7878;
+  if (!m || port < 1 || port > 65535)
+    throw new TypeError(`bad broker address '${addr}' (HOST:PORT or /PATH)`);
+  return { host: m[1] || m[2], port };
+}
+
+module.exports = { LockClient, LockError, parseAddr, parseDuration, EXIT };
+
+// The demo's command line, as lockctl's: -s -u -a -w -n -E -q --ttl.
+const USAGE = 'usage: lockclient.js [-s HOST:PORT | -u PATH] [-a SECRET_FILE] ' +
+  '[-w WAIT | -n] [-E N] [-q] [--ttl TTL] [NAME]';
+
+function usageError(msg) {
+  const err = new TypeError(msg);
+  err.usage = true;
+  return err;
+}
+
+function parseArgs(argv) {
+  const a = { name: 'demo', busyExit: EXIT.BUSY, quiet: false };
+  const takes = { '-s': 's', '-u': 'u', '-a': 'a', '-w': 'wait', '--wait': 'wait',
+    '-E': 'E', '--conflict-exit-code': 'E', '--ttl': 'ttl' };
+  const seen = [];
+  for (let i = 0; i < argv.length; i++) {
+    let arg = argv[i];
+    let val;
+    const eq = arg.indexOf('=');
+    if (arg.startsWith('--') && eq > 0) [arg, val] = [arg.slice(0, eq), arg.slice(eq + 1)];
+    else if (/^-[suawE]./.test(arg)) [arg, val] = [arg.slice(0, 2), arg.slice(2)];
+    if (takes[arg]) {
+      if (val === undefined && ++i >= argv.length) throw usageError(`${arg} wants a value`);
+      a[takes[arg]] = val === undefined ? argv[i] : val;
+      seen.push(takes[arg]);
+    } else if ((arg === '-n' || arg === '--try') && val === undefined) {
+      a.wait = '0';
+      seen.push('wait');
+    } else if ((arg === '-q' || arg === '--quiet') && val === undefined) {
+      a.quiet = true;
+    } else if (arg.startsWith('-') && arg !== '-') {
+      throw usageError(`unknown option '${argv[i]}'`);
+    } else if (!a.nameGiven) {
+      a.name = arg;
+      a.nameGiven = true;
+    } else {
+      throw usageError(`unexpected argument '${argv[i]}'`);
     }
-  })().catch((err) => {
-    console.error(`lockclient: ${err.message}`);
-    process.exitCode = 69;
-  });
+  }
+  if (seen.filter((k) => k === 'wait').length > 1) throw usageError('-w and -n exclude each other');
+  if (a.s !== undefined && a.u !== undefined) throw usageError('-s and -u exclude each other');
+  if (a.s !== undefined && a.s.startsWith('/')) throw usageError('-s wants HOST:PORT; -u is for a socket path');
+  const env = process.env;
+  const old = ['LOCKBROKER_HOST', 'LOCKBROKER_PORT', 'LOCKBROKER_UNIX'].filter((v) => env[v]);
+  if (old.length > 0 && !env.LOCKBROKER_ADDR && a.s === undefined && a.u === undefined)
+    throw usageError(`${old.join(', ')}: gone; set LOCKBROKER_ADDR=HOST:PORT (or a socket path)`);
+  if (a.E !== undefined) {
+    if (!/^\d{1,3}$/.test(a.E) || Number(a.E) > 255) throw usageError('-E wants an exit code, 0-255');
+    a.busyExit = Number(a.E);
+  }
+  try {
+    a.addr = parseAddr(a.u !== undefined ? a.u : a.s);
+    a.waitMs = a.wait === undefined ? undefined : parseDuration(a.wait, 1000);
+    a.ttlMs = a.ttl === undefined ? undefined : parseDuration(a.ttl, 1);
+  } catch (err) {
+    throw usageError(err.message);
+  }
+  if (a.ttlMs === 0) throw usageError('--ttl must be above 0');
+  return a;
+}
+
+function secs(ms) {
+  return `${(ms / 1000).toFixed(3).replace(/\.?0+$/, '')} s`;
+}
+
+// A TIMEOUT: busy, or the broker could not reach Redis while we waited (it
+// says TIMEOUT then too); STATUS tells which.
+async function busy(lb, a) {
+  try {
+    await lb.status(a.name);
+  } catch (err) {
+    if (err.code === 'UNAVAILABLE' || err.code === 'SHUTDOWN')
+      console.error(`lockclient.js: ${a.name}: lock not obtained: the broker cannot reach Redis`);
+    throw err;
+  }
+  if (!a.quiet) {
+    const how = a.waitMs === 0 ? ' (tried once)' : a.waitMs ? ` (waited ${secs(a.waitMs)})` : '';
+    console.error(`lockclient.js: ${a.name}: lock busy${how}`);
+  }
+  return a.busyExit;
+}
+
+async function demo(a) {
+  let secret = process.env.LOCKBROKER_SECRET || undefined;
+  if (a.a !== undefined) {
+    try {
+      secret = require('fs').readFileSync(a.a, 'utf8').split('\n')[0];
+    } catch (err) {
+      console.error(`lockclient.js: ${err.message}`);
+      return EXIT.OSERR;
+    }
+  }
+  const lb = await LockClient.connect({ ...a.addr, secret });
+  lb.on('lost', (ev) => console.log(`lost ${ev.name} fence ${ev.fence}: ${ev.reason}`));
+  try {
+    const grant = await lb.acquire(a.name, { ttl: a.ttlMs, wait: a.waitMs });
+    if (grant === null) return await busy(lb, a);
+    console.log(`acquired ${a.name} fence ${grant.fence} ttl ${grant.ttl} ms`);
+    console.log(`valid: ${await lb.validate(a.name, grant.fence)}`);
+    await lb.release(a.name);
+    console.log(`released ${a.name}`);
+    return 0;
+  } finally {
+    await lb.quit();
+  }
+}
+
+// The exit code for what went wrong (docs/clients.md).
+function failure(err) {
+  if (err.usage) {
+    console.error(`lockclient.js: ${err.message}\n${USAGE}`);
+    return EXIT.USAGE;
+  }
+  if (err instanceof LockError) {
+    console.error(`lockclient.js: broker: ERR ${err.message}`);
+    if (err.code === 'UNAVAILABLE' || err.code === 'SHUTDOWN') return EXIT.UNAVAILABLE;
+    return err.code === 'AUTH' || err.code === 'NOAUTH' ? EXIT.AUTH : EXIT.ERROR;
+  }
+  console.error(`lockclient.js: ${err.message}`);
+  return err instanceof TypeError ? EXIT.USAGE : EXIT.UNAVAILABLE;
+}
+
+// Demo: node lockclient.js [options] [NAME]; docs/clients.md.
+if (require.main === module) {
+  (async () => demo(parseArgs(process.argv.slice(2))))()
+    .then((code) => { process.exitCode = code; }, (err) => { process.exitCode = failure(err); });
 }

@@ -3,7 +3,8 @@
 
     from lockclient import LockClient, LockError
 
-    with LockClient(port=7878) as lb:           # or LockClient(path="/run/lockbroker.sock")
+    with LockClient(**parse_addr()) as lb:      # $LOCKBROKER_ADDR, or LockClient(port=7878),
+                                                # or LockClient(path="/run/lockbroker.sock")
         grant = lb.acquire("reports", wait=5000)
         if grant is None:
             ...                                 # TIMEOUT: someone else holds it
@@ -20,15 +21,30 @@ queue and to the `on_lost` callback (called on the reader thread).
 
 Locks without a TTL are session locks: the broker renews them while this
 connection stays open and releases them when it closes.
+
+Run as a program it is a demo with the options and exit codes of every
+lockbroker client (docs/clients.md):
+
+    lockclient.py [-s HOST:PORT | -u PATH] [-a SECRET_FILE] [-w WAIT | -n]
+                  [-E N] [-q] [--ttl TTL] [NAME]
+
+acquires NAME (default "demo"), prints its fence, and releases it: exit 0;
+64 usage; 69 broker or Redis unavailable; 70 other ERR; 75 lock busy (or
+-E's N); 77 AUTH refused or needed.
 """
 
+import argparse
 import collections
+import os
 import queue
 import re
 import socket
+import sys
 import threading
 
-__all__ = ["LockClient", "LockError", "Lost"]
+__all__ = ["LockClient", "LockError", "Lost", "parse_addr", "parse_duration"]
+
+PROG = "lockclient.py"
 
 Lost = collections.namedtuple("Lost", "name fence reason")
 
@@ -283,41 +299,154 @@ class LockClient:
         self.quit()
 
 
-def main(argv=None):
-    import argparse
+# The exit codes of every lockbroker client (docs/clients.md).
+EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ERROR = 64, 69, 70
+EXIT_OSERR, EXIT_BUSY, EXIT_AUTH = 71, 75, 77
+DEFAULT_ADDR = "127.0.0.1:7878"
+_DURATION = re.compile(r"(\d*\.?\d*)(ms|s|m|h)?\Z")
+_UNITS = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000}
 
-    p = argparse.ArgumentParser(description="Acquire a lock, print its "
-                                "fence, release it.")
+
+def parse_duration(value, bare_ms):
+    """'1.5s', '1500ms', '2m', '1h', or a bare number in units of bare_ms
+    ms, as whole milliseconds rounded up; ValueError if malformed."""
+    m = _DURATION.match(value)
+    if not m or m.group(1) in ("", "."):
+        raise ValueError("a duration is a number and ms, s, m or h")
+    whole, _, frac = m.group(1).partition(".")
+    if len(frac) > 9:
+        raise ValueError("too many decimals")
+    unit = _UNITS[m.group(2)] if m.group(2) else bare_ms
+    den = 10 ** len(frac)
+    return int(whole or 0) * unit + -(-int(frac or 0) * unit // den)
+
+
+def parse_addr(addr=None):
+    """LockClient keyword arguments for a broker address: 'HOST:PORT',
+    '[V6]:PORT', 'HOST' or a Unix socket '/PATH'; None reads
+    $LOCKBROKER_ADDR, then the default 127.0.0.1:7878."""
+    if addr is None:
+        addr = os.environ.get("LOCKBROKER_ADDR") or DEFAULT_ADDR
+    if addr.startswith("/"):
+        return {"path": addr}
+    m = re.match(r"(?:\[([^\]]+)\]|([^:\[\]]+))(?::(\d+))?\Z", addr)
+    port = int(m.group(3)) if m and m.group(3) else 7878
+    if not m or not 0 < port < 65536:
+        raise ValueError("bad broker address %r (HOST:PORT or /PATH)" % addr)
+    return {"host": m.group(1) or m.group(2), "port": port}
+
+
+def _secs(ms):
+    return "%s s" % ("%d.%03d" % divmod(ms, 1000)).rstrip("0").rstrip(".")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # exit 64, as every client does
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, "%s: %s\n" % (self.prog, message))
+
+
+def _args(argv):
+    p = _Parser(description="Acquire a lock, print its fence, release it. "
+                "Options and exit codes: docs/clients.md.")
     p.add_argument("name", nargs="?", default="demo")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=7878)
-    p.add_argument("--unix", help="Unix socket path instead of TCP")
-    p.add_argument("--secret", help="AUTH secret")
-    p.add_argument("--ttl", type=int, help="fixed lease in ms")
-    p.add_argument("--wait", type=int, default=5000, help="ms (default 5000)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-s", metavar="HOST:PORT",
+                       help="the broker (else $LOCKBROKER_ADDR)")
+    where.add_argument("-u", metavar="PATH", help="the broker's Unix socket")
+    p.add_argument("-a", metavar="SECRET_FILE",
+                   help="AUTH secret: its first line (else "
+                   "$LOCKBROKER_SECRET)")
+    wait = p.add_mutually_exclusive_group()
+    wait.add_argument("-w", "--wait", metavar="WAIT",
+                      help="give up after WAIT: 1.5 (seconds), 1500ms, 2m; "
+                      "0 = try once")
+    wait.add_argument("-n", "--try", dest="try_once", action="store_true",
+                      help="try once")
+    p.add_argument("-E", "--conflict-exit-code", type=int, default=EXIT_BUSY,
+                   metavar="N", help="exit N when the lock is busy (75)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no 'lock busy' line")
+    p.add_argument("--ttl", help="fixed lease: 5000 (ms), 5s, 2m")
     a = p.parse_args(argv)
-
+    old = [v for v in ("LOCKBROKER_HOST", "LOCKBROKER_PORT",
+                       "LOCKBROKER_UNIX") if os.environ.get(v)]
+    if old and not (a.s or a.u or os.environ.get("LOCKBROKER_ADDR")):
+        p.error("%s: gone; set LOCKBROKER_ADDR=HOST:PORT (or a socket path)"
+                % ", ".join(old))
+    if a.s and a.s.startswith("/"):
+        p.error("-s wants HOST:PORT; -u is for a socket path")
+    if not 0 <= a.conflict_exit_code <= 255:
+        p.error("-E wants an exit code, 0-255")
     try:
-        lb = LockClient(a.host, a.port, path=a.unix, secret=a.secret,
-                        on_lost=lambda ev: print("lost:", *ev, flush=True))
-    except OSError as e:
-        print("cannot connect: %s" % e)
-        return 69
-    with lb:
-        try:
-            grant = lb.acquire(a.name, ttl=a.ttl, wait=a.wait)
-        except LockError as e:
-            print("ERR", e.code, e.text)
-            return 69
-        if grant is None:
-            print("TIMEOUT: %s is held by someone else" % a.name)
-            return 75
-        fence, ttl, token = grant
-        print("acquired %s fence %d ttl %d ms" % (a.name, fence, ttl))
-        print("valid:", lb.validate(a.name, fence))
-        lb.release(a.name)
-        print("released %s" % a.name)
+        a.addr = parse_addr(a.u or a.s)
+        a.wait_ms = 0 if a.try_once else (
+            None if a.wait is None else parse_duration(a.wait, 1000))
+        a.ttl_ms = None if a.ttl is None else parse_duration(a.ttl, 1)
+    except ValueError as e:
+        p.error(str(e))
+    if a.ttl_ms == 0:
+        p.error("--ttl must be above 0")
+    return a
+
+
+def _secret(a):
+    if a.a is None:
+        return os.environ.get("LOCKBROKER_SECRET") or None
+    with open(a.a) as f:
+        return f.readline().rstrip("\n")
+
+
+def _busy(lb, a):
+    """A TIMEOUT: the lock is busy, or the broker could not reach Redis
+    while we waited (it says TIMEOUT then too); STATUS tells which."""
+    try:
+        lb.status(a.name)
+    except LockError as e:
+        if e.code in ("UNAVAILABLE", "SHUTDOWN"):
+            print("%s: %s: lock not obtained: the broker cannot reach Redis"
+                  % (PROG, a.name), file=sys.stderr)
+        raise
+    if not a.quiet:
+        how = ("tried once" if a.wait_ms == 0 else
+               "waited " + _secs(a.wait_ms) if a.wait_ms else "")
+        print("%s: %s: lock busy%s" % (PROG, a.name,
+                                       " (%s)" % how if how else ""),
+              file=sys.stderr)
+    return a.conflict_exit_code
+
+
+def _demo(lb, a):
+    grant = lb.acquire(a.name, ttl=a.ttl_ms, wait=a.wait_ms)
+    if grant is None:
+        return _busy(lb, a)
+    fence, ttl, token = grant
+    print("acquired %s fence %d ttl %d ms" % (a.name, fence, ttl))
+    print("valid:", lb.validate(a.name, fence))
+    lb.release(a.name)
+    print("released %s" % a.name)
     return 0
+
+
+def main(argv=None):
+    a = _args(argv)
+    try:
+        secret = _secret(a)
+    except OSError as e:
+        print("%s: %s" % (PROG, e), file=sys.stderr)
+        return EXIT_OSERR
+    try:
+        with LockClient(secret=secret, on_lost=lambda ev: print(
+                "lost:", *ev, flush=True), **a.addr) as lb:
+            return _demo(lb, a)
+    except LockError as e:
+        print("%s: broker: ERR %s" % (PROG, e), file=sys.stderr)
+        if e.code in ("UNAVAILABLE", "SHUTDOWN"):
+            return EXIT_UNAVAILABLE
+        return EXIT_AUTH if e.code in ("AUTH", "NOAUTH") else EXIT_ERROR
+    except (OSError, ValueError) as e:  # ConnectionError, TimeoutError too
+        print("%s: %s" % (PROG, e), file=sys.stderr)
+        return EXIT_UNAVAILABLE if isinstance(e, OSError) else EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -48,9 +48,10 @@ class BashExample(BrokerTest):
     conf = {"locks": {"lease_ms": 3000}}
 
     def run_script(self, *args, env=None, timeout=30):
-        e = dict(os.environ, LOCKBROKER_HOST="127.0.0.1",
-                 LOCKBROKER_PORT=str(self.broker.port))
-        e.pop("LOCKBROKER_SECRET", None)
+        e = dict(os.environ,
+                 LOCKBROKER_ADDR="127.0.0.1:%d" % self.broker.port)
+        for k in ("LOCKBROKER_SECRET", "LOCKBROKER_HOST", "LOCKBROKER_PORT"):
+            e.pop(k, None)
         e.update(env or {})
         return subprocess.run(["bash", WITH_LOCK] + list(args), env=e,
                               capture_output=True, text=True,
@@ -91,7 +92,7 @@ class BashExample(BrokerTest):
 
     def test_fixed_ttl(self):
         out = os.path.join(self.tmpdir, "probe")
-        r = self.run_script("-t", "5000", "fx", *self.probe("fx", out))
+        r = self.run_script("--ttl", "5000", "fx", *self.probe("fx", out))
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(out) as f:
             self.assertEqual(f.read().split("|")[3], "5000")
@@ -103,10 +104,10 @@ class BashExample(BrokerTest):
         marker = os.path.join(self.tmpdir, "ran")
         r = self.run_script("-w", "0", "busy", "touch", marker)
         self.assertEqual(r.returncode, 75, r.stderr)
-        self.assertIn("TIMEOUT", r.stderr)
+        self.assertIn("busy: lock busy (tried once)", r.stderr)
         self.assertFalse(os.path.exists(marker))
         t0 = time.monotonic()
-        r = self.run_script("-w", "400", "busy", "touch", marker)
+        r = self.run_script("-w", "0.4", "busy", "touch", marker)
         self.assertEqual(r.returncode, 75, r.stderr)
         self.assertGreaterEqual(time.monotonic() - t0, 0.35)
         self.assertFalse(os.path.exists(marker))
@@ -116,11 +117,11 @@ class BashExample(BrokerTest):
 
     def test_err_reply(self):
         marker = os.path.join(self.tmpdir, "ran")
-        r = self.run_script("-t", "5", "e", "touch", marker)
-        self.assertEqual(r.returncode, 69)
+        r = self.run_script("--ttl", "5", "e", "touch", marker)
+        self.assertEqual(r.returncode, 70)
         self.assertIn("ERR ARGS ttl must be between", r.stderr)
         r = self.run_script("n" * 201, "touch", marker)
-        self.assertEqual(r.returncode, 69)
+        self.assertEqual(r.returncode, 70)
         self.assertIn("ERR NAME", r.stderr)
         self.assertFalse(os.path.exists(marker))
 
@@ -131,7 +132,8 @@ class BashExample(BrokerTest):
         # A name that would smuggle in a second request line.
         r = self.run_script("x\nRELEASE y", "touch", marker)
         self.assertEqual(r.returncode, 64)
-        r = self.run_script("x", "touch", marker, env={"LOCKBROKER_PORT": "1"})
+        r = self.run_script("x", "touch", marker,
+                            env={"LOCKBROKER_ADDR": "127.0.0.1:1"})
         self.assertEqual(r.returncode, 69)
         self.assertIn("cannot connect", r.stderr)
         self.assertFalse(os.path.exists(marker))
@@ -140,7 +142,7 @@ class BashExample(BrokerTest):
         # A 200 ms fixed lease runs out while the command sleeps: the
         # EVENT LOST line is waiting in front of the RELEASE reply.
         r = self.run_script("-t", "200", "short", "sleep", str(0.6 * SLOW))
-        self.assertEqual(r.returncode, 70, r.stderr)
+        self.assertEqual(r.returncode, 66, r.stderr)
         self.assertRegex(r.stderr, r"EVENT LOST short \d+ expired")
         self.assertIn("lost", r.stderr)
 
@@ -149,17 +151,17 @@ class BashExample(BrokerTest):
         # (ERR LIMIT idle, unasked) and releases the lock mid-command.
         b = self.start_broker({"limits": {"idle_timeout_s": 1}}, name="idle")
         r = self.run_script("idle", "sleep", str(1.8 * SLOW),
-                            env={"LOCKBROKER_PORT": str(b.port)})
-        self.assertEqual(r.returncode, 70, r.stderr)
+                            env={"LOCKBROKER_ADDR": "127.0.0.1:%d" % b.port})
+        self.assertEqual(r.returncode, 66, r.stderr)
         self.assertIn("ERR LIMIT idle", r.stderr)
         self.assertIn("lock lost", r.stderr)
 
     def test_auth(self):
         b = self.start_broker({"auth": {"secret": "s3cret"}}, name="authed")
         marker = os.path.join(self.tmpdir, "ran")
-        env = {"LOCKBROKER_PORT": str(b.port)}
+        env = {"LOCKBROKER_ADDR": "127.0.0.1:%d" % b.port}
         r = self.run_script("a", "touch", marker, env=env)
-        self.assertEqual(r.returncode, 69)
+        self.assertEqual(r.returncode, 77)
         self.assertIn("ERR NOAUTH", r.stderr)
         self.assertFalse(os.path.exists(marker))
         env["LOCKBROKER_SECRET"] = "s3cret"
@@ -175,7 +177,7 @@ class BashExample(BrokerTest):
         results = []
 
         def run():
-            results.append(self.run_script("-w", "10000", "shared", "sh",
+            results.append(self.run_script("-w", "10", "shared", "sh",
                                            "-c", body, log))
 
         threads = [threading.Thread(target=run) for _ in range(3)]
@@ -307,8 +309,8 @@ class PythonExample(BrokerTest):
         wait_for(lambda: self.lc().status("u") is None, timeout=2 * SLOW)
 
     def test_demo(self):
-        r = subprocess.run([sys.executable, PY_CLIENT, "--port",
-                            str(self.broker.port), "demo-lock"],
+        r = subprocess.run([sys.executable, PY_CLIENT, "-s",
+                            "127.0.0.1:%d" % self.broker.port, "demo-lock"],
                            capture_output=True, text=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         m = re.search(r"acquired demo-lock fence (\d+) ttl 3000 ms", r.stdout)
@@ -320,11 +322,12 @@ class PythonExample(BrokerTest):
         again = holder.cmd("ACQUIRE demo-lock")
         self.assertRegex(again, r"^OK \d+ ")
         self.assertGreater(int(again.split()[1]), int(m.group(1)))
-        r = subprocess.run([sys.executable, PY_CLIENT, "--port",
-                            str(self.broker.port), "--wait", "0", "demo-lock"],
+        r = subprocess.run([sys.executable, PY_CLIENT, "-s",
+                            "127.0.0.1:%d" % self.broker.port, "-w", "0",
+                            "demo-lock"],
                            capture_output=True, text=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 75, r.stdout + r.stderr)
-        self.assertIn("TIMEOUT", r.stdout)
+        self.assertIn("demo-lock: lock busy (tried once)", r.stderr)
 
 
 # Drives examples/node/lockclient.js and prints what happened as JSON.
@@ -400,7 +403,7 @@ class NodeExample(BrokerTest):
         self.assertEqual(self.client().cmd("STATUS nodelock"), "OK FREE")
 
     def test_demo(self):
-        env = {"LOCKBROKER_PORT": str(self.broker.port)}
+        env = {"LOCKBROKER_ADDR": "127.0.0.1:%d" % self.broker.port}
         r = self.node(NODE_CLIENT, "node-demo", env=env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         m = re.search(r"acquired node-demo fence (\d+) ttl 3000 ms", r.stdout)
@@ -413,8 +416,7 @@ class NodeExample(BrokerTest):
         self.assertGreater(int(again.split()[1]), int(m.group(1)))
         self.assertRegex(holder.cmd("STATUS node-demo"),
                          r"^OK HELD \d+ %s$" % again.split()[1])
-        # The demo waits 5 s, then reports TIMEOUT; release sooner and it
-        # gets the lock instead.
+        # The demo waits until granted: release and it gets the lock.
         p = subprocess.Popen([NODE, NODE_CLIENT, "node-demo"],
                              stdout=subprocess.PIPE, text=True,
                              env=dict(os.environ, **env))

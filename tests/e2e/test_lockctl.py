@@ -17,8 +17,8 @@ from lbtest import SLOW, BrokerTest, free_port, main, wait_for
 
 LOCKCTL = os.environ.get("LOCKCTL", "build/tools/lockctl")
 
-EXIT_USAGE, EXIT_TIMEOUT, EXIT_LOST, EXIT_NOTHELD = 64, 65, 66, 67
-EXIT_UNAVAILABLE, EXIT_AUTH = 69, 77
+EXIT_USAGE, EXIT_LOST, EXIT_NOTHELD = 64, 66, 67
+EXIT_UNAVAILABLE, EXIT_BUSY, EXIT_AUTH = 69, 75, 77
 
 GRANT = re.compile(r"^(\d+) (\d+) (\S+)$")
 # who: "<fence> <ttl_ms> <mode> <broker> <client> <since_ms>"
@@ -186,23 +186,23 @@ class Run(LockctlTest):
         # Released at once, not left to its 10 s lease.
         self.assertEqual(self.status("envlock"), "OK FREE")
 
-    def test_try_on_held_lock_exits_65_quickly(self):
+    def test_try_on_held_lock_exits_75_quickly(self):
         holder = self.client()
         self.assertRegex(holder.cmd("ACQUIRE busy"), r"^OK ")
         marker = self.path("ran")
         t0 = time.monotonic()
         rc, _, err = self.ctl("run", "--try", "busy", "--", "touch", marker)
-        self.assertEqual(rc, EXIT_TIMEOUT, err)
+        self.assertEqual(rc, EXIT_BUSY, err)
         self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
         self.assertFalse(os.path.exists(marker), "COMMAND ran without lock")
         t0 = time.monotonic()
-        rc, _, _ = self.ctl("run", "--wait", "300", "busy", "--", "touch",
+        rc, _, _ = self.ctl("run", "--wait", "300ms", "busy", "--", "touch",
                             marker)
-        self.assertEqual(rc, EXIT_TIMEOUT)
+        self.assertEqual(rc, EXIT_BUSY)
         self.assertGreaterEqual(time.monotonic() - t0, 0.3)
         self.assertFalse(os.path.exists(marker))
         rc, out, _ = self.ctl("acquire", "busy", "--ttl", "1000", "--try")
-        self.assertEqual((rc, out), (EXIT_TIMEOUT, ""))
+        self.assertEqual((rc, out), (EXIT_BUSY, ""))
 
     def test_exit_code_is_commands(self):
         self.assertEqual(self.ctl("run", "ec", "--", "sh", "-c", "exit 7")[0],
@@ -273,6 +273,145 @@ class Run(LockctlTest):
         self.assertEqual(p.wait(timeout=10 * SLOW), 128 + signal.SIGINT)
         os.close(slave)
         self.assertEqual(self.status("tty"), "OK FREE")
+
+
+class Flock(LockctlTest):
+    """What people used to flock(1) expect: -w in seconds (or with a unit),
+    -n, -E, a "lock busy" line that -q silences, and an outage that is not
+    taken for a busy lock."""
+
+    def hold(self, name):
+        holder = self.client()
+        self.assertRegex(holder.cmd("ACQUIRE " + name), r"^OK ")
+        return holder
+
+    def timed(self, *args, **kw):
+        t0 = time.monotonic()
+        rc, out, err = self.ctl(*args, **kw)
+        return rc, err, time.monotonic() - t0
+
+    def test_wait_takes_seconds_and_units(self):
+        self.hold("fw")
+        marker = self.path("ran")
+        for wait, secs, said in (("0.6", 0.6, "0.6 s"), ("1", 1.0, "1 s"),
+                                 ("0.5s", 0.5, "0.5 s"),
+                                 ("450ms", 0.45, "0.45 s")):
+            rc, err, took = self.timed("run", "-w", wait, "fw", "--",
+                                       "touch", marker)
+            self.assertEqual(rc, EXIT_BUSY, (wait, err))
+            self.assertEqual(err, "lockctl: fw: lock busy (waited %s)\n"
+                             % said)
+            self.assertGreaterEqual(took, secs, wait)
+            self.assertLess(took, secs + 2 * SLOW, wait)
+        self.assertFalse(os.path.exists(marker), "COMMAND ran without lock")
+        # -wVALUE, --wait=VALUE, and on acquire and fill too.
+        self.assertEqual(self.ctl("run", "-w0.2", "fw", "--", "true")[0],
+                         EXIT_BUSY)
+        self.assertEqual(self.ctl("acquire", "fw", "--ttl", "5s",
+                                  "--wait=0.2")[0], EXIT_BUSY)
+        rc, _, err = self.ctl("fill", "-w", "0.2s", "fw", "--", "true")
+        self.assertEqual(rc, EXIT_BUSY, err)
+
+    def test_wait_zero_and_n_try_once(self):
+        self.hold("f0")
+        for opt in (["-w", "0"], ["-n"], ["--try"], ["-w", "0ms"]):
+            rc, err, took = self.timed("run", *opt, "f0", "--", "true")
+            self.assertEqual(rc, EXIT_BUSY, (opt, err))
+            self.assertEqual(err, "lockctl: f0: lock busy (tried once)\n")
+            self.assertLess(took, 1.5 * SLOW)
+
+    def test_wait_is_granted_when_released(self):
+        holder = self.hold("fg")
+        p = self.start("run", "-w", "10", "fg", "--", "true")
+        time.sleep(0.3)
+        self.assertEqual(holder.cmd("RELEASE fg"), "OK")
+        out, err = p.communicate(timeout=10 * SLOW)
+        self.assertEqual((p.returncode, err), (0, ""))
+
+    def test_ttl_and_grace_take_units_bare_is_ms(self):
+        self.assertEqual(self.grant("fu", "--ttl", "2s")[1], 2000)
+        self.assertEqual(self.grant("fv", "--ttl", "1500")[1], 1500)
+        self.assertEqual(self.grant("fx", "--ttl=0.5m")[1], 30000)
+        rc, _, err = self.ctl("run", "--grace", "1.5s", "--ttl", "1m", "fy",
+                              "--", "true")
+        self.assertEqual(rc, 0, err)
+
+    def test_bare_wait_that_looks_like_milliseconds_is_warned(self):
+        rc, out, err = self.ctl("acquire", "fm", "--ttl", "5000", "-w",
+                                "2000")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("--wait 2000 means 2000 seconds", err)
+        self.assertIn("2000ms", err)
+        rc, out, err = self.ctl("acquire", "fn", "--ttl", "5000", "-w",
+                                "2000s")
+        self.assertEqual((rc, err), (0, ""))
+
+    def test_conflict_exit_code(self):
+        self.hold("fe")
+        marker = self.path("ran")
+        for opt, code in ((["-E", "3"], 3), (["-E1"], 1),
+                          (["--conflict-exit-code", "0"], 0),
+                          (["--conflict-exit-code=255"], 255)):
+            rc, out, err = self.ctl("run", *opt, "-n", "fe", "--", "touch",
+                                    marker)
+            self.assertEqual(rc, code, (opt, err))
+            self.assertIn("lock busy", err)
+        rc, out, err = self.ctl("acquire", "fe", "--ttl", "9s", "-E", "9",
+                                "-n")
+        self.assertEqual((rc, out), (9, ""), err)
+        self.assertFalse(os.path.exists(marker))
+        # COMMAND's own status is still passed through when it runs.
+        self.assertEqual(self.ctl("run", "-E", "3", "free", "--", "sh", "-c",
+                                  "exit 5")[0], 5)
+
+    def test_quiet(self):
+        self.hold("fq")
+        self.assertEqual(self.ctl("run", "-q", "-n", "fq", "--", "true"),
+                         (EXIT_BUSY, "", ""))
+        self.assertEqual(self.ctl("run", "--quiet", "-w", "0.1", "fq", "--",
+                                  "true"), (EXIT_BUSY, "", ""))
+        # -q is about a busy lock only: errors are still said.
+        dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        rc, _, err = self.ctl("run", "-q", "-n", "x", "--", "true", env=dead)
+        self.assertEqual(rc, EXIT_UNAVAILABLE)
+        self.assertIn("connect", err)
+
+    def test_redis_down_while_waiting_is_an_outage(self):
+        self.hold("fr")
+        rc, err, _ = self.timed("run", "-w", "0.3", "fr", "--", "true")
+        self.assertEqual(rc, EXIT_BUSY, err)
+        self.redis.kill()
+        wait_for(lambda: self.broker.info().get("redis_up") == "0")
+        try:
+            rc, err, took = self.timed("run", "-w", "0.5", "-E", "3", "fr",
+                                       "--", "true")
+            self.assertEqual(rc, EXIT_UNAVAILABLE, err)
+            self.assertIn("fr: lock not obtained: the broker cannot reach "
+                          "Redis", err)
+            self.assertIn("ERR UNAVAILABLE", err)
+            self.assertNotIn("lock busy", err)
+            self.assertGreaterEqual(took, 0.5)
+            rc, out, err = self.ctl("acquire", "fr", "--ttl", "5s", "-w",
+                                    "0.2")
+            self.assertEqual((rc, out), (EXIT_UNAVAILABLE, ""), err)
+        finally:
+            self.redis.start()
+
+    def test_usage_errors(self):
+        dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        for args in (["-w", "1.5x"], ["-w", "-1"], ["-w", ""], ["-w", "."],
+                     ["-w", "1e3"], ["-w", "1.0000000001"], ["-w", "1 s"],
+                     ["-w", "99999999999999999999"], ["-E", "256"],
+                     ["-E", "-1"], ["-E", "x"], ["-qn"], ["--quiet=1"],
+                     ["-w", "1", "-n"], ["-E", "1", "-E", "2"], ["-w"]):
+            rc, _, err = self.ctl("run", *args, "x", "--", "true", env=dead)
+            self.assertEqual(rc, EXIT_USAGE, (args, err))
+        rc, _, err = self.ctl("run", "-w", "1.5x", "x", "--", "true",
+                              env=dead)
+        self.assertIn("1500ms, 1.5s, 2m", err)
+        for args in (["status", "-w", "1", "x"], ["release", "x", "--token",
+                     "t", "-E", "3"], ["who", "-q", "x"]):
+            self.assertEqual(self.ctl(*args, env=dead)[0], EXIT_USAGE, args)
 
 
 class Lease(LockctlTest):
@@ -353,7 +492,7 @@ class Subcommands(LockctlTest):
         self.assertEqual(rc, 0)
         self.assertRegex(out, r"^HELD \d+ %d\n$" % fence)
         self.assertEqual(self.ctl("acquire", "k", "--ttl", "5000",
-                                  "--try")[0], EXIT_TIMEOUT)
+                                  "--try")[0], EXIT_BUSY)
         self.assertEqual(self.ctl("release", "k", "--token", token)[0], 0)
         self.assertEqual(self.ctl("status", "k")[1], "FREE\n")
         rc, _, err = self.ctl("release", "k", "--token", token)
@@ -361,7 +500,7 @@ class Subcommands(LockctlTest):
         self.assertIn("NOTHELD", err)
         # Our own token, and --keep said out loud.
         rc, out, _ = self.ctl("acquire", "k", "--ttl=2000", "--keep",
-                              "--token", "job-7", "--wait", "1000")
+                              "--token", "job-7", "--wait", "1s")
         self.assertEqual(rc, 0)
         self.assertRegex(out, r"^\d+ 2000 job-7\n$")
         self.assertGreater(int(out.split()[0]), fence)
@@ -460,7 +599,7 @@ class Modes(LockctlTest):
         self.assertEqual({h[2] for h in holders}, {"SHARED"})
         # A writer is excluded while they read.
         self.assertEqual(self.ctl("acquire", "rd", "--ttl", "5000",
-                                  "--try")[0], EXIT_TIMEOUT)
+                                  "--try")[0], EXIT_BUSY)
         for t in (t1, t2):
             self.assertEqual(self.ctl("release", "rd", "--token", t)[0], 0)
         self.assertEqual(self.status("rd"), "OK FREE")
@@ -470,7 +609,7 @@ class Modes(LockctlTest):
         # hold the lock at once, or this times out.
         script = ('touch "$D/$1"; '
                   'while [ ! -e "$D/$2" ]; do sleep 0.02; done')
-        runs = [self.start("run", "--shared", "--wait", "5000", "sh-run",
+        runs = [self.start("run", "--shared", "--wait", "5s", "sh-run",
                            "--", "sh", "-c", script, "sh", me, other,
                            env=self.env(D=self.tmpdir))
                 for me, other in (("a", "b"), ("b", "a"))]
@@ -485,14 +624,14 @@ class Modes(LockctlTest):
         t0 = time.monotonic()
         rc, out, err = self.ctl("acquire", "sem", "--ttl", "5000",
                                 "--limit", "2", "--try")
-        self.assertEqual((rc, out), (EXIT_TIMEOUT, ""), err)
+        self.assertEqual((rc, out), (EXIT_BUSY, ""), err)
         self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
         holders = self.who("sem")
         self.assertEqual(sorted(int(h[0]) for h in holders), [f1, f2])
         self.assertEqual({h[2] for h in holders}, {"LIMIT=2"})
         # Another n on a held name is refused at once, not waited for.
         rc, _, err = self.ctl("acquire", "sem", "--ttl", "5000",
-                              "--limit", "3", "--wait", "5000")
+                              "--limit", "3", "--wait", "5")
         self.assertEqual(rc, 70, err)
         self.assertIn("ERR ARGS", err)
 
@@ -610,7 +749,7 @@ class Fill(LockctlTest):
         rc, _, err = self.ctl("fill", "--try", "fd", "--", "sh", "-c",
                               'echo try >> "$D/out"',
                               env=self.env(D=self.tmpdir))
-        self.assertEqual(rc, EXIT_TIMEOUT, err)
+        self.assertEqual(rc, EXIT_BUSY, err)
         waiter = self.fill("fd", 'echo waiter >> "$D/out"')
         self.wait_waiting(1)
         open(self.path("go"), "w").close()
