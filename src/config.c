@@ -53,6 +53,7 @@ static const char *const config_expect[] = {
 
 #define KF_RELOAD 0x1 /* may change on SIGHUP */
 #define KF_SECRET 0x2 /* wiped before free */
+#define KF_CRED 0x4   /* a secret's file: a relative value is a credential */
 
 struct config_key {
 	const char *name; /* "group.key", as written in the file */
@@ -109,6 +110,7 @@ struct config_key {
 
 #define R KF_RELOAD
 #define S KF_SECRET
+#define C KF_CRED
 #define TTL_MAX (INT64_C(2147483647) * 1000) /* seconds that fit in an int */
 
 /* The error text below says 107; keep it honest on this platform. */
@@ -188,7 +190,7 @@ static const struct config_key config_keys[] = {
 	K_STR("redis.unix", redis.unix_path, "", config_check_unix, 0),
 	K_STR("redis.username", redis.username, "", NULL, 0),
 	K_STR("redis.password", redis.password, "", NULL, R | S),
-	K_STR("redis.password_file", redis.password_file, "", NULL, R),
+	K_STR("redis.password_file", redis.password_file, "", NULL, R | C),
 	K_INT("redis.db", redis.db, 0, 0, INT_MAX, 0),
 	K_STR("redis.prefix", redis.prefix, "lockbroker:", config_check_prefix,
 	    0),
@@ -230,9 +232,10 @@ static const struct config_key config_keys[] = {
 	K_INT("limits.tcp_keepalive_s", limits.tcp_keepalive_s, 60, 0, 7200, R),
 
 	K_STR("auth.secret", auth.secret, "", NULL, R | S),
-	K_STR("auth.secret_file", auth.secret_file, "", NULL, R),
+	K_STR("auth.secret_file", auth.secret_file, "", NULL, R | C),
 	K_STR("auth.admin_secret", auth.admin_secret, "", NULL, R | S),
-	K_STR("auth.admin_secret_file", auth.admin_secret_file, "", NULL, R),
+	K_STR(
+	    "auth.admin_secret_file", auth.admin_secret_file, "", NULL, R | C),
 
 	K_STR("log.level", log.level, "info", config_check_level, R),
 	K_BOOL("log.syslog", log.syslog, 0, 0),
@@ -244,6 +247,7 @@ static const struct config_key config_keys[] = {
 
 #undef R
 #undef S
+#undef C
 
 /* Pairs that must satisfy lo <= hi once the whole file is read. */
 static const struct {
@@ -416,6 +420,42 @@ config_set_bool(struct config_load *ld, const struct config_key *k,
 	return 0;
 }
 
+/*
+ * A secret's file that is not an absolute path names a systemd credential
+ * (LoadCredential=): it is read from $CREDENTIALS_DIRECTORY. Without that
+ * variable the name is refused, not read from whatever directory the daemon
+ * was started in, so -t, a start and a reload all mean the same file.
+ */
+static char *
+config_cred_path(struct config_load *ld, const struct config_key *k,
+    const config_setting_t *s, const char *v)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	size_t len;
+	char *path;
+
+	if (v[0] == '\0' || v[0] == '/')
+		return xstrdup(v);
+	if (strchr(v, '/') != NULL || strcmp(v, ".") == 0 ||
+	    strcmp(v, "..") == 0) {
+		config_error(ld, s, k->name,
+		    "must be an absolute path or a credential name (no \"/\")");
+		return NULL;
+	}
+	if (dir == NULL || dir[0] == '\0') {
+		config_error(ld, s, k->name,
+		    "\"%s\" is a credential name, but CREDENTIALS_DIRECTORY is "
+		    "not set (run under systemd with LoadCredential=, or give "
+		    "an absolute path)",
+		    v);
+		return NULL;
+	}
+	len = strlen(dir) + 1 + strlen(v) + 1;
+	path = xmalloc(len);
+	snprintf(path, len, "%s/%s", dir, v);
+	return path;
+}
+
 /* Vet first, then replace the default so an error leaves nothing new. */
 static int
 config_set_string(struct config_load *ld, const struct config_key *k,
@@ -423,14 +463,21 @@ config_set_string(struct config_load *ld, const struct config_key *k,
 {
 	char **p = config_field(ld->cf, k->off);
 	const char *v, *why;
+	char *copy;
 
 	if (config_setting_type(s) != CONFIG_TYPE_STRING)
 		return config_error(ld, s, k->name, "expected a string");
 	v = config_setting_get_string(s);
 	if (k->check != NULL && (why = k->check(v)) != NULL)
 		return config_error(ld, s, k->name, "%s", why);
+	if (k->flags & KF_CRED)
+		copy = config_cred_path(ld, k, s, v);
+	else
+		copy = xstrdup(v);
+	if (copy == NULL)
+		return -1;
 	config_str_free(k, *p);
-	*p = xstrdup(v);
+	*p = copy;
 	return 0;
 }
 

@@ -198,11 +198,14 @@ def render_conf(sections):
 
 class Broker:
     def __init__(self, tmpdir, redis_port, conf=None, name="broker",
-                 wait_redis=True):
+                 wait_redis=True, env=None, secret=None):
+        """env: the daemon's environment (default: ours); secret: what
+        info() sends with AUTH, when conf names only a secret's file."""
         self.tmpdir = tmpdir
         self.port = free_port()
         self.name = name
-        self.secret = (conf or {}).get("auth", {}).get("secret")
+        self.env = env
+        self.secret = secret or (conf or {}).get("auth", {}).get("secret")
         sections = {
             "listen": {"address": "127.0.0.1", "port": self.port},
             "redis": {"host": "127.0.0.1", "port": redis_port},
@@ -242,7 +245,8 @@ class Broker:
         """Start it; with may_fail, False if it exited at once."""
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(WRAPPER + [LOCKBROKERD, "-c", self.conf],
-                                     stdout=self.logf, stderr=self.logf)
+                                     stdout=self.logf, stderr=self.logf,
+                                     env=self.env)
         try:
             wait_for(lambda: self.proc.poll() is not None or self._ours(),
                      timeout=10 * SLOW)
@@ -378,9 +382,10 @@ class BrokerTest(unittest.TestCase):
         wait_for(granted, timeout, 0.02)
         assert c.cmd("RELEASE lbtest-ready") == "OK"
 
-    def start_broker(self, conf=None, name="broker"):
-        """Another broker on this test's Redis; stopped and checked after."""
-        b = Broker(self.tmpdir, self.redis.port, conf, name=name)
+    def start_broker(self, conf=None, name="broker", **kw):
+        """Another broker on this test's Redis; stopped and checked after.
+        kw: Broker's env and secret."""
+        b = Broker(self.tmpdir, self.redis.port, conf, name=name, **kw)
         self.brokers.append(b)
         self.addCleanup(self._kill, b)
         return b

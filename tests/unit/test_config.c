@@ -569,6 +569,17 @@ static const struct bad {
 	{ "listen = {\n  address = \"0.0.0.0\";\n};\n"
 	  "auth = { admin_secret = \"adm1n\"; };\n",
 	    2, "listen.address", "beyond loopback needs auth.secret" },
+	{ "auth = { secret_file = \"lockbroker.secret\"; };\n", 1,
+	    "auth.secret_file",
+	    "\"lockbroker.secret\" is a credential name, but "
+	    "CREDENTIALS_DIRECTORY is not set" },
+	{ "redis = {\n  password_file = \"redis.pw\";\n};\n", 2,
+	    "redis.password_file", "CREDENTIALS_DIRECTORY is not set" },
+	{ "auth = { admin_secret_file = \"creds/admin\"; };\n", 1,
+	    "auth.admin_secret_file",
+	    "must be an absolute path or a credential name (no \"/\")" },
+	{ "auth = { secret_file = \"..\"; };\n", 1, "auth.secret_file",
+	    "must be an absolute path or a credential name" },
 };
 
 /* Each bad file: -1, nothing allocated, "FILE:LINE: KEY: why". */
@@ -684,6 +695,30 @@ START_TEST(test_admin_secret)
 }
 END_TEST
 
+/* Under systemd a secret's file may name a credential; absolute stays. */
+START_TEST(test_credentials)
+{
+	struct config cf;
+	char path[PATH_MAX], err[512];
+
+	setenv("CREDENTIALS_DIRECTORY", "/run/credentials/lb.service", 1);
+	ck_assert_msg(
+	    load_text(&cf,
+		"auth = { secret_file = \"lockbroker.secret\";\n"
+		"  admin_secret_file = \"/etc/lockbroker/admin\"; };\n"
+		"redis = { password_file = \"redis.pw\"; };\n",
+		path, sizeof path, err, sizeof err) == 0,
+	    "%s", err);
+	unsetenv("CREDENTIALS_DIRECTORY");
+	ck_assert_str_eq(cf.auth.secret_file,
+	    "/run/credentials/lb.service/lockbroker.secret");
+	ck_assert_str_eq(cf.auth.admin_secret_file, "/etc/lockbroker/admin");
+	ck_assert_str_eq(
+	    cf.redis.password_file, "/run/credentials/lb.service/redis.pw");
+	config_free(&cf);
+}
+END_TEST
+
 /* A reload swaps both admin keys in, and hands the old values back. */
 START_TEST(test_apply_admin)
 {
@@ -748,6 +783,7 @@ config_suite(void)
 	tcase_add_test(tc, test_edges);
 	tcase_add_test(tc, test_big_numbers_elsewhere);
 	tcase_add_test(tc, test_admin_secret);
+	tcase_add_test(tc, test_credentials);
 	tcase_add_test(tc, test_example_conf);
 	suite_add_tcase(s, tc);
 
@@ -771,6 +807,8 @@ main(void)
 	SRunner *sr = srunner_create(config_suite());
 	int failed;
 
+	/* The bad files' credential names must find none, even under systemd. */
+	unsetenv("CREDENTIALS_DIRECTORY");
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
