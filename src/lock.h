@@ -154,6 +154,8 @@ int lock_who(struct lock_owner *o, const char *name, struct lock_result *res);
 int lock_revoke(
     struct lock_owner *o, const char *name, struct lock_result *res);
 
+uint64_t lock_oldest_hold_ms(void);
+
 const char *lock_kind_name(enum lock_kind kind);
 /* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
 const char *lock_mode_name(enum lock_mode mode, unsigned limit);

@@ -211,8 +211,16 @@ lockhold_lost(struct lock_hold *h, enum lock_lost why)
 	uint64_t fence = h->fence;
 
 	stats[STAT_lost_expired_total + why]++;
-	log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s", o->id,
-	    ln->name, fence, lockhold_lost_reasons[why]);
+	/* A lease running out, or every hold at once in an outage (logged as
+	 * such), is routine; the others name the holder for the operator. */
+	if (why == LOST_EXPIRED || why == LOST_UNAVAILABLE)
+		log_debug("client %" PRIu64 ": lost %s (fence %" PRIu64 "): %s",
+		    o->id, ln->name, fence, lockhold_lost_reasons[why]);
+	else
+		log_info("client %" PRIu64 " [%s]: lost %s (fence %" PRIu64
+			 "): %s",
+		    o->id, o->peer != NULL ? o->peer : "-", ln->name, fence,
+		    lockhold_lost_reasons[why]);
 	lockname_pin(ln);
 	if (why != LOST_STOLEN && why != LOST_REVOKED &&
 	    !lockhold_token_busy(ln, h->token, h, o))
@@ -673,4 +681,26 @@ lockhold_shutdown(void)
 	event_free(hold.trust_ev);
 	event_free(hold.stale_ev);
 	hold.beat_ev = hold.trust_ev = hold.stale_ev = NULL;
+}
+
+static void
+lockhold_oldest_of(struct lock_name *ln, void *arg)
+{
+	uint64_t *oldest = arg;
+	struct lock_hold *h;
+
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (h->granted_ms < *oldest)
+			*oldest = h->granted_ms;
+}
+
+/* How long the longest-held lock here has been held (ms; 0: none), for
+ * an alert on a lock held too long: one walk of the name table. */
+uint64_t
+lock_oldest_hold_ms(void)
+{
+	uint64_t oldest = UINT64_MAX, now = mono_ms();
+
+	lockname_foreach(lockhold_oldest_of, &oldest);
+	return oldest == UINT64_MAX || oldest > now ? 0 : now - oldest;
 }

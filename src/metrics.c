@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "lb_build.h"
+#include "lock.h"
 #include "lockdb.h"
 #include "log.h"
 #include "metrics.h"
@@ -85,6 +86,11 @@ metrics_process(struct evbuffer *out)
 	    "process_start_time_seconds %.3f\n",
 	    LB_VERSION, (double)(mono_ms() - metrics_start_mono_ms) / 1e3,
 	    (double)metrics_start_wall_ms / 1e3);
+	evbuffer_add_printf(out,
+	    "# HELP lockbroker_oldest_hold_seconds how long the longest-held lock of this broker's clients has been held (0: none)\n"
+	    "# TYPE lockbroker_oldest_hold_seconds gauge\n"
+	    "lockbroker_oldest_hold_seconds %.3f\n",
+	    (double)lock_oldest_hold_ms() / 1e3);
 	if (fds >= 0)
 		evbuffer_add_printf(out,
 		    "# HELP process_open_fds open file descriptors\n"

@@ -101,6 +101,23 @@ class Metrics(BrokerTest):
         self.assertEqual(float(info["wait_seconds_count"]),
                          after["lockbroker_wait_seconds_count"])
 
+    def test_oldest_hold(self):
+        # The age of the longest-held lock here, for the alert on a lock
+        # held too long; 0 with none held.
+        self.assertEqual(parse(self.get("/metrics")[1])[0]
+                         ["lockbroker_oldest_hold_seconds"], 0)
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE old"), r"^OK ")
+        time.sleep(0.3)
+        self.assertRegex(b.cmd("ACQUIRE new"), r"^OK ")
+        age = parse(self.get("/metrics")[1])[0][
+            "lockbroker_oldest_hold_seconds"]
+        self.assertGreaterEqual(age, 0.3)
+        self.assertLess(age, 30)
+        self.assertEqual(a.cmd("RELEASE old"), "OK")
+        self.assertLess(parse(self.get("/metrics")[1])[0]
+                        ["lockbroker_oldest_hold_seconds"], 0.3)
+
     def test_evicting_redis_refuses_grants_and_fails_healthz(self):
         """A Redis whose maxmemory-policy may evict keys (read at every
         connect) gets no grants: ERR UNAVAILABLE with the policy, /healthz

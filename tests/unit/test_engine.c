@@ -2119,6 +2119,26 @@ START_TEST(test_missed_while_acquiring)
 }
 END_TEST
 
+/* /metrics' oldest hold: none is 0; then the age of the first grant,
+ * whichever holds came after it. */
+START_TEST(test_oldest_hold)
+{
+	struct lock_acquire_args a = args(0, -1);
+	uint64_t age;
+
+	ck_assert_uint_eq(lock_oldest_hold_ms(), 0);
+	hold(1, "a", &a, 1);
+	run_ms(60);
+	hold(2, "b", &a, 1);
+	age = lock_oldest_hold_ms();
+	ck_assert_uint_ge(age, 50);
+	ck_assert_uint_lt(age, 5000);
+	ck_assert_int_eq(release(1, "a", NULL), 0);
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_OK);
+	ck_assert_uint_lt(lock_oldest_hold_ms(), age);
+}
+END_TEST
+
 /* -- Sharing modes -- */
 
 /* Readers share: after a SHARED grant the next in the queue tries at
@@ -2592,6 +2612,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_missed_checks);
 	tcase_add_test(tc, test_missed_again);
 	tcase_add_test(tc, test_missed_while_acquiring);
+	tcase_add_test(tc, test_oldest_hold);
 	tcase_add_test(tc, test_shared_and_limit);
 	LOOP(test_conflict, conflicts);
 	tcase_add_test(tc, test_writer_mark);
