@@ -265,17 +265,26 @@ def _out_of_order(name, seq):
 
 
 def check_stale_writes(writes):
-    """(2) The resource never accepted a fence below one it had accepted;
-    its refusals are counted (they are the fence doing its job)."""
+    """(2) The resource never accepted a fence below one it had accepted,
+    nor the highest one again from another grant (another token: two grants
+    given one fence, which the resource cannot tell apart); its refusals
+    are counted (they are the fence doing its job). A log written before
+    writes carried the token is judged on the first rule only."""
     top, viol, rejected = {}, [], 0
     for w in sorted(writes, key=lambda w: w["t"]):
-        best = top.get(w["name"], 0)
+        best, who = top.get(w["name"], (0, None))
         if w["accepted"] and w["fence"] < best:
             viol.append("%s: accepted fence %d from %s after %d" % (
                 w["name"], w["fence"], w["client"], best))
-        if w["accepted"]:
-            top[w["name"]] = max(best, w["fence"])
-        else:
+        elif (w["accepted"] and w["fence"] == best and who is not None and
+              w.get("token") is not None and w["token"] != who[1]):
+            viol.append("%s: accepted fence %d from %s (token %s) after "
+                        "the same fence from %s (token %s)" % (
+                            w["name"], w["fence"], w["client"], w["token"],
+                            who[0], who[1]))
+        if w["accepted"] and w["fence"] > best:
+            top[w["name"]] = (w["fence"], (w["client"], w.get("token")))
+        elif not w["accepted"]:
             rejected += 1
     return {"violations": viol, "rejected": rejected,
             "accepted": sum(1 for w in writes if w["accepted"])}
