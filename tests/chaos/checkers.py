@@ -26,7 +26,7 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # again within redis.reconnect_max_ms and asks Redis about its holds.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis")
+              "wipe_redis", "lagging_failover")
 RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
@@ -728,8 +728,13 @@ HANDOVER_LEASE_S = 2.5
 # Redis restarted or forgot: the brokers see a new incarnation and grant
 # nothing for its grace period (redis.trust_ms 1000 of the chaos brokers,
 # stretched by 2 x clock_drift), from when the first of them noticed.
-FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall")
+FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover")
 GRACE_S = 1.0 * (1 + 2 * 0.01)
+# Redis refusing every script (eviction: OOM under noeviction, or an
+# evicting policy the brokers refuse to grant under): no waiter can take or
+# keep its ticket meanwhile, so none is owed its place (no news is lost:
+# the scripts that would publish it do not run).
+REFUSING_KINDS = ("eviction",)
 DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
 
 
@@ -745,8 +750,8 @@ def _fair_excuse(w, faults, stalls=False):
             heal += GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
             why = "its broker"
-        elif k in LINK_KINDS and ("proxies" not in f or
-                                  w["broker"] in f["proxies"]):
+        elif (k in LINK_KINDS or k in REFUSING_KINDS) and (
+                "proxies" not in f or w["broker"] in f["proxies"]):
             why = "its broker's Redis link" if "proxies" in f else "Redis"
         elif k == "pause_worker" and f.get("target") == "w%d" % w["w"]:
             why = "its worker"
