@@ -26,13 +26,15 @@ from nemesis import Nemesis  # noqa: E402
 from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 
 VARIANTS = ("none", "no_fence", "blind_release", "no_validity", "no_limit",
-            "no_foreign_notice", "owed_blind", "no_tickets", "no_grace")
+            "no_foreign_notice", "owed_blind", "no_tickets", "no_grace",
+            "no_clock_fence")
 # The checker each broken variant is for. The self-test passes only if
 # each variant is caught, and caught by this one.
 CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
            "no_validity": "late_grants", "no_limit": "modes",
            "no_foreign_notice": "belief", "owed_blind": "belief",
-           "no_tickets": "fairness", "no_grace": "overlaps"}
+           "no_tickets": "fairness", "no_grace": "overlaps",
+           "no_clock_fence": "fences"}
 # Load the self-test changes for a variant (workers.py cfg keys): owed_blind
 # breaks only a release owed to Redis for a lease still running when it is
 # sent again, i.e. workers.py's long leases; with 5 % of the cold names'

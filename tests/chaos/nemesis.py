@@ -40,7 +40,8 @@ SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
 # link or Redis: only stopped workers (which excuse their own waiters).
 SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_tickets": ("pause_worker",),
-                      "no_grace": ("flushall", "wipe_redis")}
+                      "no_grace": ("flushall", "wipe_redis"),
+                      "no_clock_fence": ("flushall", "wipe_redis")}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
 LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
