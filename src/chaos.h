@@ -27,6 +27,9 @@ enum chaos_fault {
 	CHAOS_NO_GRACE,		 /* a new incarnation of the lock data grants
 				    again after 1 ms, not trust_ms, and
 				    the holds here are not asked again */
+	CHAOS_NO_CLOCK_FENCE,	 /* a fence is its counter + 1 only, never
+				    Redis's clock: a forgotten counter
+				    starts again at 1 */
 };
 
 #if LB_CHAOS_FAULTS

@@ -878,6 +878,25 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 	    lockdb_req_new(LDB_WAIT, NULL, name, cb, arg));
 }
 
+/*
+ * CHAOS_NO_CLOCK_FENCE: the scripts that take a fence (lib/fence.lua's
+ * next_fence) get a copy of their text that never raises the counter to
+ * Redis's clock, so a counter Redis forgot starts again at 1.
+ */
+static void
+lockdb_chaos_no_clock(struct lockdb_script *s)
+{
+	static const char clock[] = "if f < now then";
+	const char *at = strstr(s->rs.body, clock);
+	char *body;
+
+	if (at == NULL)
+		fatalx("chaos: %s has no '%s'", s->rs.name, clock);
+	body = xstrdup(s->rs.body);
+	memcpy(body + (at - s->rs.body), "if false   then", sizeof clock - 1);
+	s->rs.body = body;
+}
+
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
     uint64_t live_ms, uint64_t grace_ms)
@@ -894,6 +913,11 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	snprintf(
 	    ldb.live, sizeof ldb.live, "%" PRIu64, live_ms > 0 ? live_ms : 1);
 	redisc_on_connect(lockdb_connected, NULL);
+	if (chaos_fault == CHAOS_NO_CLOCK_FENCE) {
+		lockdb_chaos_no_clock(&lockdb_lua_acquire);
+		lockdb_chaos_no_clock(&lockdb_lua_share);
+		lockdb_chaos_no_clock(&lockdb_lua_release);
+	}
 	redisc_script_add(&lockdb_lua_acquire.rs);
 	redisc_script_add(&lockdb_lua_share.rs);
 	redisc_script_add(&lockdb_lua_release.rs);

@@ -26,13 +26,15 @@ from nemesis import Nemesis  # noqa: E402
 from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 
 VARIANTS = ("none", "no_fence", "blind_release", "no_validity", "no_limit",
-            "no_foreign_notice", "owed_blind", "no_tickets", "no_grace")
+            "no_foreign_notice", "owed_blind", "no_tickets", "no_grace",
+            "no_clock_fence")
 # The checker each broken variant is for. The self-test passes only if
 # each variant is caught, and caught by this one.
 CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
            "no_validity": "late_grants", "no_limit": "modes",
            "no_foreign_notice": "belief", "owed_blind": "belief",
-           "no_tickets": "fairness", "no_grace": "overlaps"}
+           "no_tickets": "fairness", "no_grace": "overlaps",
+           "no_clock_fence": "fences"}
 # Load the self-test changes for a variant (workers.py cfg keys): owed_blind
 # breaks only a release owed to Redis for a lease still running when it is
 # sent again, i.e. workers.py's long leases; with 5 % of the cold names'
@@ -67,6 +69,9 @@ def parse_args(argv):
                    help="run each broken variant; pass if each is caught")
     p.add_argument("--only", metavar="V1,V2",
                    help="with --self-test: only these variants")
+    p.add_argument("--sentinel", action="store_true",
+                   help="a master, a replica and three Sentinels instead "
+                        "of one Redis; adds the lagging_failover fault")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory (journals, logs)")
@@ -143,7 +148,8 @@ def run(args, variant, seed=None, stop_when_caught=False):
     """One run of the whole topology; the result dict the report reads."""
     seed = args.seed if seed is None else seed
     t0 = time.monotonic()
-    topo = Topology(args.lockbrokerd, variant, seed)
+    topo = Topology(args.lockbrokerd, variant, seed,
+                    sentinel=getattr(args, "sentinel", False))
     procs = []
     try:
         if variant != "none" and not topo.variant_active():
@@ -155,6 +161,7 @@ def run(args, variant, seed=None, stop_when_caught=False):
         res["readings"] = _end_readings(topo, base)
         res["exit_codes"] = topo.stop_brokers()
         res.update(variant=variant, seed=seed, duration=args.duration,
+                   sentinel=topo.sentinel,
                    run_time_s=round(time.monotonic() - t0, 1))
         if args.keep:
             _keep_run(topo.tmpdir, res)
@@ -168,7 +175,7 @@ def run(args, variant, seed=None, stop_when_caught=False):
 # everything else the checkers and the report read.
 RUN_KEYS = ("writes", "faults", "t0", "t_end", "readings", "exit_codes",
             "final_stats", "kill_stats", "workers_alive_at_end", "variant",
-            "seed", "duration", "run_time_s")
+            "seed", "duration", "run_time_s", "sentinel")
 
 
 def _keep_run(tmpdir, res):
@@ -222,6 +229,7 @@ def recheck(path, faults_file=None):
            "exit_codes": run.get("exit_codes"),
            "variant": run.get("variant", "none"),
            "seed": run.get("seed", 0), "duration": run.get("duration", 0),
+           "sentinel": run.get("sentinel", False),
            "run_time_s": run.get("run_time_s", 0)}
     old = run.get("checks", {})
     if res["readings"] is None and "resources" in old:
@@ -356,6 +364,7 @@ def _judge(res, keep_journal=True):
                                      res["faults"], res["t_end"],
                                      COMMAND_TIMEOUT_S, res.pop("readings"))
     res["operations"] = report.operations(res["records"], res["checks"])
+    res["grants_back"] = report.grants_back(res["faults"])
     res["broker_stats"] = report.broker_stats(res.pop("final_stats"),
                                               res.pop("kill_stats"))
     res["violations"] = sum(len(c["violations"])

@@ -26,7 +26,7 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # again within redis.reconnect_max_ms and asks Redis about its holds.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis")
+              "wipe_redis", "lagging_failover")
 RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
@@ -265,17 +265,26 @@ def _out_of_order(name, seq):
 
 
 def check_stale_writes(writes):
-    """(2) The resource never accepted a fence below one it had accepted;
-    its refusals are counted (they are the fence doing its job)."""
+    """(2) The resource never accepted a fence below one it had accepted,
+    nor the highest one again from another grant (another token: two grants
+    given one fence, which the resource cannot tell apart); its refusals
+    are counted (they are the fence doing its job). A log written before
+    writes carried the token is judged on the first rule only."""
     top, viol, rejected = {}, [], 0
     for w in sorted(writes, key=lambda w: w["t"]):
-        best = top.get(w["name"], 0)
+        best, who = top.get(w["name"], (0, None))
         if w["accepted"] and w["fence"] < best:
             viol.append("%s: accepted fence %d from %s after %d" % (
                 w["name"], w["fence"], w["client"], best))
-        if w["accepted"]:
-            top[w["name"]] = max(best, w["fence"])
-        else:
+        elif (w["accepted"] and w["fence"] == best and who is not None and
+              w.get("token") is not None and w["token"] != who[1]):
+            viol.append("%s: accepted fence %d from %s (token %s) after "
+                        "the same fence from %s (token %s)" % (
+                            w["name"], w["fence"], w["client"], w["token"],
+                            who[0], who[1]))
+        if w["accepted"] and w["fence"] > best:
+            top[w["name"]] = (w["fence"], (w["client"], w.get("token")))
+        elif not w["accepted"]:
             rejected += 1
     return {"violations": viol, "rejected": rejected,
             "accepted": sum(1 for w in writes if w["accepted"])}
@@ -719,8 +728,13 @@ HANDOVER_LEASE_S = 2.5
 # Redis restarted or forgot: the brokers see a new incarnation and grant
 # nothing for its grace period (redis.trust_ms 1000 of the chaos brokers,
 # stretched by 2 x clock_drift), from when the first of them noticed.
-FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall")
+FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover")
 GRACE_S = 1.0 * (1 + 2 * 0.01)
+# Redis refusing every script (eviction: OOM under noeviction, or an
+# evicting policy the brokers refuse to grant under): no waiter can take or
+# keep its ticket meanwhile, so none is owed its place (no news is lost:
+# the scripts that would publish it do not run).
+REFUSING_KINDS = ("eviction",)
 DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
 
 
@@ -736,8 +750,8 @@ def _fair_excuse(w, faults, stalls=False):
             heal += GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
             why = "its broker"
-        elif k in LINK_KINDS and ("proxies" not in f or
-                                  w["broker"] in f["proxies"]):
+        elif (k in LINK_KINDS or k in REFUSING_KINDS) and (
+                "proxies" not in f or w["broker"] in f["proxies"]):
             why = "its broker's Redis link" if "proxies" in f else "Redis"
         elif k == "pause_worker" and f.get("target") == "w%d" % w["w"]:
             why = "its worker"

@@ -9,9 +9,12 @@ import time
 
 
 class FencedResource:
-    """A TCP line server: `W <name> <fence> <client>` answers `OK` or
-    `STALE <highest>`. Equal fences are accepted on purpose, so two
-    holders sharing a fence (no_fence) are left for the fence checker."""
+    """A TCP line server: `W <name> <fence> <client> [<token>]` answers
+    `OK` or `STALE <highest>`. Equal fences are accepted on purpose (one
+    holder writes twice with its fence, and a token acquired again gets its
+    fence again); the log keeps the token, so the stale_writes checker
+    counts an equal fence written under another token (two grants given one
+    fence) as a violation."""
 
     def __init__(self):
         self.listener = socket.socket()
@@ -21,7 +24,7 @@ class FencedResource:
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
         self.highest = {}
-        self.writes = []        # dicts: name, fence, client, t, accepted
+        self.writes = []    # dicts: name, fence, client, token, t, accepted
         self.lock = threading.Lock()
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.listener, selectors.EVENT_READ)
@@ -30,7 +33,7 @@ class FencedResource:
                                         daemon=True)
         self._thread.start()
 
-    def write(self, name, fence, client):
+    def write(self, name, fence, client, token=None):
         """Apply one fenced write; the comparison is the whole point."""
         now = time.monotonic()
         with self.lock:
@@ -39,7 +42,8 @@ class FencedResource:
             if ok:
                 self.highest[name] = fence
             self.writes.append({"name": name, "fence": fence,
-                                "client": client, "t": now, "accepted": ok})
+                                "client": client, "token": token, "t": now,
+                                "accepted": ok})
         return "OK" if ok else "STALE %d" % top
 
     def snapshot(self):
@@ -99,9 +103,11 @@ class FencedResource:
     def _answer(self, line):
         """Parse one request line."""
         words = line.split()
-        if len(words) != 4 or words[0] != "W" or not words[2].isdigit():
-            return "ERR usage: W <name> <fence> <client>"
-        return self.write(words[1], int(words[2]), words[3])
+        if len(words) not in (4, 5) or words[0] != "W" or \
+                not words[2].isdigit():
+            return "ERR usage: W <name> <fence> <client> [<token>]"
+        return self.write(words[1], int(words[2]), words[3],
+                          words[4] if len(words) == 5 else None)
 
 
 class ResourceClient:
@@ -111,14 +117,14 @@ class ResourceClient:
         self.port = port
         self.sock = None
 
-    def write(self, name, fence, client):
+    def write(self, name, fence, client, token):
         """Send one fenced write; True if accepted, False if refused."""
         if self.sock is None:
             self.sock = socket.create_connection(("127.0.0.1", self.port),
                                                  timeout=10)
             self.f = self.sock.makefile("rb")
-        self.sock.sendall(b"W %s %d %s\n" % (name.encode(), fence,
-                                              client.encode()))
+        self.sock.sendall(b"W %s %d %s %s\n" % (
+            name.encode(), fence, client.encode(), token.encode()))
         reply = self.f.readline().decode().strip()
         if not reply:
             self.close()

@@ -12,14 +12,18 @@ from topology import lbtest  # the e2e harness, on the path topology set
 
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
-         "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis")
+         "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis",
+         "eviction")
+# The Sentinel topology (chaos.py --sentinel) adds a failover to a replica
+# that missed the last writes.
+SENTINEL_KINDS = KINDS + ("lagging_failover",)
 # The kinds that break a broker's Redis link (rec["proxies"] names whose)
 # or Redis itself (every broker's): news on the subscriber connection (a
 # release or a shortened lease through the other broker, a REVOKE) comes
 # late or is missed, until the broker has subscribed again.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis")
+              "wipe_redis", "lagging_failover")
 # The self-test wants the faults that make stale holders and late grants:
 # Redis stalls and slow links (400-800 ms each way) whose round trips stay
 # under the 2.5 s command timeout (so the late answer still arrives) but
@@ -36,9 +40,13 @@ SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
 # link or Redis: only stopped workers (which excuse their own waiters).
 SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_tickets": ("pause_worker",),
-                      "no_grace": ("flushall", "wipe_redis")}
+                      "no_grace": ("flushall", "wipe_redis"),
+                      "no_clock_fence": ("flushall", "wipe_redis")}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
+LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
+FAILOVER_WAIT_S = 20.0  # ... and the longest a promotion may take
+EVICTION_POLICY = "allkeys-lru"
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 
 
@@ -66,12 +74,14 @@ class Nemesis(threading.Thread):
 
     def run(self):
         """Space faults 10 +- 5 s apart, scaled down for runs under 120 s
-        so that one sees every kind (and a 60 s run at least 4 faults)."""
+        so that one sees nearly every kind (and a 60 s run at least 4
+        faults)."""
         t0 = time.monotonic()
         end = t0 + self.duration
-        mean = min(10.0, self.duration / 12.0)
+        kinds = SENTINEL_KINDS if self.topo.sentinel else KINDS
+        mean = min(10.0, self.duration / (len(kinds) - 1.0))
         if self.self_test:
-            mean = min(5.0, mean)
+            mean = min(5.0, self.duration / 12.0)
         next_at = t0 + self.rng.uniform(0.3, 0.6) * mean
         while not self._stop_ev.wait(max(0.0, next_at - time.monotonic())):
             if time.monotonic() > end - 4.0:
@@ -86,6 +96,7 @@ class Nemesis(threading.Thread):
         if not self._bag:
             self._bag = list(SELF_TEST_KINDS_OF.get(
                 self.self_test, SELF_TEST_KINDS) if self.self_test
+                             else SENTINEL_KINDS if self.topo.sentinel
                              else KINDS)
             self.rng.shuffle(self._bag)
         return self._bag.pop()
@@ -179,8 +190,11 @@ class Nemesis(threading.Thread):
         always) and both brokers must reconnect."""
         r = self.topo.redis
         rec.update(target="redis", hold_s=self._hold(1, 5))
+        self._node(rec, r)
         r.kill()
-        return r.start              # same port, same AOF directory
+        # same port, same AOF directory (with Sentinel, a replica of the
+        # new master if the Sentinels failed over meanwhile)
+        return lambda: self.topo.restart_redis(r)
 
     def _flushall(self, rec):
         """FLUSHALL: Redis forgets every lock and fence counter at once.
@@ -196,10 +210,79 @@ class Nemesis(threading.Thread):
         a restart without persistence (another run_id, nothing kept)."""
         r = self.topo.redis
         rec.update(target="redis", hold_s=self._hold(0.5, 2))
+        self._node(rec, r)
         r.kill()
         shutil.rmtree(os.path.join(r.tmpdir, "appendonlydir"),
                       ignore_errors=True)
-        return r.start
+        return lambda: self.topo.restart_redis(r)
+
+    def _node(self, rec, r):
+        """With Sentinel, note which node a Redis fault hit."""
+        if self.topo.sentinel:
+            rec["node"] = r.name
+
+    def _lagging_failover(self, rec):
+        """Sentinel fails over to a replica that missed the last writes:
+        the master's stream to its replica is dropped for 2-4 s while the
+        load runs (grants, releases and fence counters the replica never
+        gets), then the master is killed (-9) and the Sentinels promote
+        the replica. Pausing the replica would lose nothing: it catches up
+        before the Sentinels act. The heal starts the old master again, as
+        a replica of the new one, so the next failover has a replica."""
+        topo = self.topo
+        m = topo.master_index(all_agree=True)
+        if m is None:
+            raise RuntimeError("the Sentinels do not agree on a master")
+        topo.wait_replica(1 - m, 10)
+        old, link = topo.nodes[m], topo.links[m]
+        rec.update(target="redis", node=old.name, lag_s=round(
+            self.rng.uniform(*LAG_S), 2), hold_s=0.2)
+        link.frozen = True
+        try:
+            self._stop_ev.wait(rec["lag_s"])
+            rec["t_kill"] = time.monotonic()
+            old.kill()
+        finally:
+            link.frozen = False
+        rec["dropped_bytes"] = link.dropped
+        link.dropped = 0
+        end = time.monotonic() + FAILOVER_WAIT_S
+        while topo.master_index(all_agree=True) != 1 - m:
+            if time.monotonic() > end:
+                rec["promoted"] = False
+                return lambda: topo.restart_redis(old)
+            time.sleep(0.05)
+        rec["promoted_after_s"] = round(time.monotonic() - rec["t_kill"], 2)
+        return lambda: topo.restart_redis(old)
+
+    def _eviction(self, rec):
+        """Memory pressure under noeviction: maxmemory set far below what
+        Redis uses, so every write (every script: grants, renewals,
+        releases, the incarnation beat) is refused with OOM for 1-4 s
+        (how=oom); nothing is evicted, nothing may be lost. Or Redis is
+        told to evict (maxmemory-policy allkeys-lru, no limit: nothing is
+        evicted yet) for 2-5 s (how=policy), which the brokers must see
+        within redis.trust_ms and refuse every grant for."""
+        r = self.topo.redis
+        how = self.rng.choice(("oom", "policy"))
+        rec.update(target="redis", how=how)
+        self._node(rec, r)
+        if how == "oom":
+            rec["hold_s"] = self._hold(1, 4)
+            key, value = "maxmemory", "1"
+        else:
+            rec["hold_s"] = self._hold(2, 5)
+            key, value = "maxmemory-policy", EVICTION_POLICY
+        before = r("CONFIG", "GET", key)[1]
+        if r("CONFIG", "SET", key, value) != "OK":
+            raise RuntimeError("CONFIG SET %s %s refused" % (key, value))
+
+        def heal():
+            got = r("CONFIG", "SET", key, before)
+            if got != "OK":
+                raise RuntimeError("CONFIG SET %s %s: %r" % (key, before,
+                                                              got))
+        return heal
 
     def _proxy(self, rec, mode, both=False, **kw):
         """Put one broker's Redis proxy (or both) in mode; the heal is back

@@ -197,11 +197,18 @@ class Proxy:
             self.resets += 1
             self._drop(link, reset=True)
             return
+        data = self._filter(link, s, data)
+        if not data:
+            return
         dst = link.peer(s)
         # Never let a later chunk overtake an earlier one.
         due = max(time.monotonic() + self.delay_s, link.last_due[dst])
         link.last_due[dst] = due
         link.queue[dst].append((due, data))
+
+    def _filter(self, link, s, data):
+        """What of the chunk read from s goes on (subclasses change it)."""
+        return data
 
     def _release_due(self):
         """Move every chunk whose delay is over to its output buffer."""
@@ -249,3 +256,99 @@ class Proxy:
         for s, link in list(self.links.items()):
             if s.fileno() < 0:
                 self._drop(link)
+
+
+class ProxyGroup:
+    """One broker's proxies to every Redis node of the Sentinel topology,
+    acting as one: a link fault of the broker is a fault of its path to
+    whichever node is master."""
+
+    def __init__(self, proxies):
+        self.members = proxies
+        self.port = proxies[0].port
+
+    def set_mode(self, mode, **kw):
+        """Proxy.set_mode on every member."""
+        for p in self.members:
+            p.set_mode(mode, **kw)
+
+    def reset(self, timeout=2.0):
+        """Proxy.reset on every member; the connections dropped."""
+        got = [p.reset(timeout) for p in self.members]
+        return None if None in got else sum(got)
+
+    def upstream_addrs(self):
+        """Every member's upstream addresses."""
+        return [a for p in self.members for a in p.upstream_addrs()]
+
+    def stop(self):
+        """Stop every member."""
+        for p in self.members:
+            p.stop()
+
+
+class ReplicationLink(Proxy):
+    """The path a replica takes to its master (and Sentinel to a node, as
+    the node announces this port). Frozen, it drops what the master sends
+    on replication connections (those that sent SYNC or PSYNC), as a link
+    that loses the stream does: the replica misses writes it never learns
+    of, while Sentinel's own connections still pass."""
+
+    def __init__(self, upstream_port, seed=0, name="replication-link"):
+        self.frozen = False
+        self.dropped = 0
+        super().__init__(upstream_port, seed, name)
+
+    def _filter(self, link, s, data):
+        """Mark a replication connection; drop its master's bytes while
+        frozen."""
+        if s is link.down and (b"PSYNC" in data.upper() or
+                               b"\r\nSYNC\r\n" in data.upper()):
+            link.replication = True
+        if self.frozen and s is link.up and getattr(link, "replication",
+                                                    False):
+            self.dropped += len(data)
+            return b""
+        return data
+
+
+class SentinelRelay(Proxy):
+    """One broker's path to one Sentinel, which tells it where the master
+    is: every port the Sentinel names (in its replies and its
+    +switch-master messages) that is in ports is replaced by the port it
+    maps to, the broker's own proxy to that node. Bulk strings are
+    rewritten whole, their lengths with them."""
+
+    def __init__(self, upstream_port, ports, seed=0, name="sentinel-relay"):
+        self.ports = {str(k).encode(): str(v).encode()
+                      for k, v in ports.items()}
+        super().__init__(upstream_port, seed, name)
+
+    def _filter(self, link, s, data):
+        """Rewrite what the Sentinel sends, whole RESP lines at a time."""
+        if s is not link.up:
+            return data
+        buf = getattr(link, "pending", b"") + data
+        out, link.pending = self._rewrite(buf)
+        return out
+
+    def _rewrite(self, buf):
+        """(rewritten complete lines and bulk strings, the rest)."""
+        out, i = [], 0
+        while True:
+            j = buf.find(b"\r\n", i)
+            if j < 0:
+                break
+            line = buf[i:j]
+            if line[:1] == b"$" and line[1:].isdigit():
+                end = j + 2 + int(line[1:])
+                if len(buf) < end + 2:
+                    break
+                body = b" ".join(self.ports.get(w, w)
+                                 for w in buf[j + 2:end].split(b" "))
+                out.append(b"$%d\r\n%s\r\n" % (len(body), body))
+                i = end + 2
+            else:
+                out.append(line + b"\r\n")
+                i = j + 2
+        return b"".join(out), buf[i:]

@@ -2,6 +2,7 @@
 reads and the JSON a program reads."""
 
 import collections
+import re
 
 from checkers import (FAIR_NAME, OVERTAKE_S, SHOW, STARVE_FACTOR,
                       mode_label, mode_names)
@@ -24,6 +25,7 @@ def operations(records, checks):
     by_mode = collections.defaultdict(collections.Counter)
     shared = mode_names(r for r in records if r["type"] in ("acq", "grant"))
     stale, disconnects, unexpected = 0, 0, 0
+    unavailable = collections.Counter()
     ops, same_token = collections.Counter(), collections.Counter()
     for r in records:
         if r["type"] == "op":
@@ -49,6 +51,8 @@ def operations(records, checks):
                 _reply_kind(r["reply"])] += 1
         if r["type"] == "acq":
             acq[_reply_kind(r["reply"])] += 1
+            if r["reply"].startswith("ERR UNAVAILABLE"):
+                unavailable[re.sub(r"\d+", "N", r["reply"][16:])] += 1
         elif r["type"] == "grant":
             acq["ok"] += 1
             kinds["%s %d" % (r["kind"], r["ttl"])] += 1
@@ -70,6 +74,7 @@ def operations(records, checks):
             "broken_connections": disconnects,
             "unexpected_lines": unexpected,
             "writes_accepted": sw["accepted"],
+            "unavailable": dict(unavailable.most_common()),
             "operations_on_own_grant": dict(sorted(ops.items())),
             "same_token": dict(sorted(same_token.items())),
             "stale_writes_rejected": sw["rejected"]}
@@ -100,8 +105,10 @@ def fault_lines(faults, t0):
     lines = []
     for f in faults:
         extra = " ".join("%s=%s" % (k, f[k]) for k in
-                         ("delay_ms", "loss", "offset", "uptime_s", "holding",
-                          "how", "drops", "error")
+                         ("node", "delay_ms", "loss", "offset", "uptime_s",
+                          "holding", "how", "drops", "lag_s",
+                          "dropped_bytes", "promoted_after_s", "promoted",
+                          "error")
                          if k in f)
         live = ", ".join(
             "%s %s" % (p["broker"], "ok %.2fs" % p["after_s"] if p["ok"]
@@ -112,12 +119,67 @@ def fault_lines(faults, t0):
     return lines
 
 
+def _pct(xs):
+    """{n, p50, max} of a list of seconds (p50: the lower median)."""
+    xs = sorted(xs)
+    return {"n": len(xs), "p50": xs[(len(xs) - 1) // 2],
+            "max": xs[-1]} if xs else {"n": 0}
+
+
+def grants_back(faults):
+    """Per fault kind, how long grants were refused after each fault: from
+    its heal until every live broker granted the liveness probe a free
+    name (the probe tries every 50 ms), p50 and max over the faults of the
+    kind (one that never got them back within the probe's window counts
+    as 'failed'); for lagging_failover also from the master's kill, and
+    how long the Sentinels took to promote the replica."""
+    per = collections.defaultdict(lambda: collections.defaultdict(list))
+    for f in faults:
+        probes = [p for p in f.get("liveness", []) if p and
+                  p.get("last") != "broker down"]
+        d = per[f["kind"]]
+        if not probes or "t_heal" not in f:
+            continue
+        if not all(p["ok"] for p in probes):
+            d["failed"].append(f["n"])
+            continue
+        back = max(p["after_s"] for p in probes)
+        d["after_heal"].append(round(back, 3))
+        if f.get("t_kill") is not None:
+            d["after_kill"].append(round(f["t_heal"] + back - f["t_kill"],
+                                         3))
+        if f.get("promoted_after_s") is not None:
+            d["promotion"].append(f["promoted_after_s"])
+    return {k: {w: (v if w == "failed" else _pct(v)) for w, v in d.items()}
+            for k, d in sorted(per.items())}
+
+
+def grants_back_lines(gb):
+    """The summary's lines for grants_back()."""
+    out = ["grants refused after each fault, until every live broker "
+           "granted again (s):"]
+    for kind, d in gb.items():
+        parts = []
+        for w, label in (("after_heal", "after the heal"),
+                         ("after_kill", "after the master's kill"),
+                         ("promotion", "promotion took")):
+            if d.get(w, {}).get("n"):
+                parts.append("%s p50 %.2f max %.2f (%d)" % (
+                    label, d[w]["p50"], d[w]["max"], d[w]["n"]))
+        if d.get("failed"):
+            parts.append("not within the liveness window: #%s" % ", #".join(
+                str(n) for n in d["failed"]))
+        out.append("  %-16s %s" % (kind, "; ".join(parts) or "no probe"))
+    return out
+
+
 def summary(res):
     """The human summary of one run."""
     ops, checks = res["operations"], res["checks"]
-    out = ["== lockbroker chaos: variant %s, seed %d: %.0f s of load and "
+    out = ["== lockbroker chaos: variant %s, seed %d%s: %.0f s of load and "
            "faults (of %.0f s asked), %.0f s in all" % (
-               res["variant"], res["seed"], res["t_end"] - res["t0"],
+               res["variant"], res["seed"], ", Sentinel topology"
+               if res.get("sentinel") else "", res["t_end"] - res["t0"],
                res["duration"], res["run_time_s"])]
     a = ops["acquires"]
     out.append("operations: acquires ok %d, timeout %d, errors %s, "
@@ -125,6 +187,9 @@ def summary(res):
                    a.get("ok", 0), a.get("timeout", 0),
                    {k: v for k, v in a.items() if k.startswith("ERR")} or 0,
                    a.get("disconnect", 0)))
+    if ops.get("unavailable"):
+        out.append("  acquires answered ERR UNAVAILABLE: %s" % "; ".join(
+            "%s %d" % kv for kv in ops["unavailable"].items()))
     out.append("  grants by kind %s; releases %s" % (ops["grants_by_kind"],
                                                       ops["releases"]))
     out.append("  SHARED/LIMIT names' acquires %s" % ops["shared_names"])
@@ -142,6 +207,8 @@ def summary(res):
     out.append("faults: %s" % dict(collections.Counter(
         f["kind"] for f in res["faults"])))
     out += fault_lines(res["faults"], res["t0"])
+    if res.get("grants_back") is not None:
+        out += grants_back_lines(res["grants_back"])
     out.append("violations by checker:")
     for name in CHECKERS:
         if name in checks:

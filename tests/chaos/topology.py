@@ -1,10 +1,12 @@
-"""The system under test: one durable Redis, two brokers each behind its own
-Redis proxy (the second under libfaketime), and the fenced resource, all on
-loopback in one temporary directory. Built on tests/e2e/lbtest.py."""
+"""The system under test: one durable Redis (or, with sentinel, a master,
+a replica and three Sentinels), two brokers each behind its own Redis proxy
+(the second under libfaketime), and the fenced resource, all on loopback in
+one temporary directory. Built on tests/e2e/lbtest.py."""
 
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -14,7 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "e2e"))
 import lbtest  # noqa: E402
 
-from proxy import Proxy  # noqa: E402
+from proxy import (Proxy, ProxyGroup, ReplicationLink,  # noqa: E402
+                   SentinelRelay)
 from fenced import FencedResource  # noqa: E402
 
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
@@ -33,6 +36,12 @@ BROKER_CONF = {
     "log": {"level": "info"},
 }
 BROKEN_MARK = "BROKEN ON PURPOSE (LOCKBROKER_CHAOS_FAULT=%s)"
+# The Sentinel topology: three Sentinels, quorum 2, a master down after
+# 1 s of no answer; a failover then takes about 1-3 s.
+MASTER_NAME = "mymaster"
+SENTINELS = 3
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 3000
 
 # lbtest.Broker takes its binary and wrapper from module globals; brokers
 # (re)started from two threads must not see each other's.
@@ -43,10 +52,13 @@ class ChaosBroker(lbtest.Broker):
     """An lbtest.Broker with its own binary and environment (the variant
     switch, libfaketime), kept across kill -9 and restart."""
 
-    def __init__(self, tmpdir, redis_port, binary, env, name):
+    def __init__(self, tmpdir, redis_port, binary, env, name, redis=None):
+        """redis: more redis.* keys (the Sentinel topology's)."""
         self.binary = binary
         self.env = env
-        super().__init__(tmpdir, redis_port, BROKER_CONF, name=name)
+        conf = dict(BROKER_CONF, redis=dict(BROKER_CONF["redis"],
+                                            **(redis or {})))
+        super().__init__(tmpdir, redis_port, conf, name=name)
 
     def start(self, *args, **kwargs):
         """Start through `env`, which execs the daemon: same pid."""
@@ -99,11 +111,15 @@ class ChaosBroker(lbtest.Broker):
 class Topology:
     """Everything the run needs, started in order and torn down in full."""
 
-    def __init__(self, binary, variant="none", seed=0):
+    def __init__(self, binary, variant="none", seed=0, sentinel=False):
+        """sentinel: a master and a replica watched by three Sentinels,
+        which the brokers ask for the master (redis.sentinels)."""
         self.tmpdir = tempfile.mkdtemp(prefix="lbchaos-")
         self.variant = variant
+        self.sentinel = sentinel
         self.clock_file = os.path.join(self.tmpdir, "faketime")
-        self.redis = self.proxies = self.resource = None
+        self._redis = self.proxies = self.resource = None
+        self.nodes, self.links, self.sentinels, self.relays = [], [], [], []
         self.brokers = []
         try:
             self._start(binary, seed)
@@ -111,13 +127,30 @@ class Topology:
             self.close()
             raise
 
+    @property
+    def redis(self):
+        """The Redis the brokers use: with Sentinel, the node the
+        Sentinels name master now (the first node if none answers)."""
+        if not self.sentinel:
+            return self._redis
+        m = self.master_index()
+        return self.nodes[m if m is not None else 0]
+
     def _start(self, binary, seed):
         """Redis, then the proxies, the brokers and the resource."""
         self.set_clock("+0")
-        self.redis = lbtest.Redis(self.tmpdir, extra=AOF)
-        self.redis.own_port = False     # a restart keeps the port
-        self.proxies = [Proxy(self.redis.port, seed + i, "proxy-b%d" % i)
-                        for i in range(2)]
+        redis_conf = [{} for _ in range(2)]
+        if self.sentinel:
+            self._start_sentinel(seed)
+            redis_conf = [{"sentinels": ["127.0.0.1:%d" % r.port
+                                         for r in rs],
+                           "master_name": MASTER_NAME}
+                          for rs in self.relays]
+        else:
+            self._redis = lbtest.Redis(self.tmpdir, extra=AOF)
+            self._redis.own_port = False     # a restart keeps the port
+            self.proxies = [Proxy(self._redis.port, seed + i,
+                                  "proxy-b%d" % i) for i in range(2)]
         base = {"LOCKBROKER_CHAOS_FAULT": self.variant}
         # DONT_FAKE_MONOTONIC: libfaketime moves CLOCK_MONOTONIC with the
         # wall clock otherwise, which no real clock jump does.
@@ -126,8 +159,136 @@ class Topology:
                      DONT_FAKE_MONOTONIC="1")
         for i, env in enumerate((base, faked)):
             self.brokers.append(ChaosBroker(
-                self.tmpdir, self.proxies[i].port, binary, env, "b%d" % i))
+                self.tmpdir, self.proxies[i].port, binary, env, "b%d" % i,
+                redis_conf[i]))
         self.resource = FencedResource()
+
+    # The Sentinel topology. Node k listens on its own port, and everyone
+    # else reaches it through ports that stand for it: links[k] (its
+    # replicas and the Sentinels: the node announces that port, so the
+    # Sentinels name it as the master's address) and each broker's own
+    # proxy to it (the broker's Sentinel relays turn links[k]'s port into
+    # it). So a broker's link faults act on its path to whichever node is
+    # master, and the replica's stream can be dropped on its way.
+
+    def _start_sentinel(self, seed):
+        """Two nodes (n0 master, n1 its replica through links[0]), three
+        Sentinels, and per broker its proxies and Sentinel relays."""
+        ports = [lbtest.free_port() for _ in range(2)]
+        self.links = [ReplicationLink(p, seed + 10 + k, "link-n%d" % k)
+                      for k, p in enumerate(ports)]
+        for k, p in enumerate(ports):
+            d = os.path.join(self.tmpdir, "n%d" % k)
+            os.mkdir(d)
+            node = lbtest.Redis(d, port=p, extra=self._node_args(
+                k, 0 if k else None))
+            node.name = "n%d" % k
+            self.nodes.append(node)
+        self.wait_replica(1, 15)
+        for j in range(SENTINELS):
+            self.sentinels.append(self._sentinel(j))
+        self._wait_sentinels(20)
+        self.proxies = [ProxyGroup([Proxy(p, seed + 2 * i + k,
+                                          "proxy-b%d-n%d" % (i, k))
+                                    for k, p in enumerate(ports)])
+                        for i in range(2)]
+        self.relays = [[SentinelRelay(
+            sp, {self.links[k].port: self.proxies[i].members[k].port
+                 for k in range(2)}, seed, "sentinel-relay-b%d-%d" % (i, j))
+            for j, (sp, _) in enumerate(self.sentinels)] for i in range(2)]
+
+    def _node_args(self, k, master=None):
+        """redis-server arguments of node k, a replica of node master
+        (through its link) unless None."""
+        args = AOF + ["--replica-announce-ip", "127.0.0.1",
+                      "--replica-announce-port", str(self.links[k].port)]
+        if master is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.links[master].port)]
+        return args
+
+    def _sentinel(self, j):
+        """Start Sentinel j; (its port, its process)."""
+        port = lbtest.free_port()
+        d = os.path.join(self.tmpdir, "s%d" % j)
+        os.mkdir(d)
+        conf = os.path.join(d, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                    "sentinel monitor %s 127.0.0.1 %d 2\n"
+                    "sentinel down-after-milliseconds %s %d\n"
+                    "sentinel failover-timeout %s %d\n" % (
+                        port, d, MASTER_NAME, self.links[0].port,
+                        MASTER_NAME, DOWN_AFTER_MS, MASTER_NAME,
+                        FAILOVER_TIMEOUT_MS))
+        proc = subprocess.Popen(
+            [lbtest.REDIS_SERVER, conf, "--sentinel", "--logfile",
+             os.path.join(d, "sentinel.log")], stdout=subprocess.DEVNULL)
+        return port, proc
+
+    def _ask_sentinel(self, port, *args):
+        """One Sentinel's answer, or None."""
+        try:
+            r = lbtest.Resp(port)
+            try:
+                return r(*args)
+            finally:
+                r.close()
+        except (OSError, ValueError, AssertionError):
+            return None
+
+    def _wait_sentinels(self, timeout):
+        """Until every Sentinel knows the replica and the other two (a
+        failover needs two to agree, and one elected by two)."""
+        def ready():
+            for port, _ in self.sentinels:
+                if not self._ask_sentinel(port, "SENTINEL", "replicas",
+                                          MASTER_NAME):
+                    return False
+                s = self._ask_sentinel(port, "SENTINEL", "sentinels",
+                                       MASTER_NAME)
+                if not s or len(s) < SENTINELS - 1:
+                    return False
+            return True
+        lbtest.wait_for(ready, timeout, 0.2)
+
+    def master_index(self, all_agree=False):
+        """The node the Sentinels name master (the first that answers; with
+        all_agree, only if every Sentinel names it), or None."""
+        seen = set()
+        for port, _ in self.sentinels:
+            a = self._ask_sentinel(port, "SENTINEL",
+                                   "get-master-addr-by-name", MASTER_NAME)
+            k = next((k for k, l in enumerate(self.links)
+                      if isinstance(a, list) and len(a) == 2 and
+                      a[1] == str(l.port)), None)
+            if not all_agree:
+                if k is not None:
+                    return k
+                continue
+            seen.add(k)
+        return seen.pop() if len(seen) == 1 else None
+
+    def wait_replica(self, k, timeout):
+        """Until node k replicates its master (link up, in sync)."""
+        lbtest.wait_for(lambda: "master_link_status:up" in
+                        self._node_info(k), timeout, 0.1)
+
+    def _node_info(self, k):
+        """INFO replication of node k, or ""."""
+        try:
+            return self.nodes[k]("INFO", "replication") or ""
+        except (OSError, ValueError, AssertionError):
+            return ""
+
+    def restart_redis(self, node):
+        """Start a killed Redis again on its port: with Sentinel, as a
+        replica of the node the Sentinels name master now, if another."""
+        if self.sentinel:
+            k = self.nodes.index(node)
+            m = self.master_index()
+            node.extra = self._node_args(k, m if m not in (None, k)
+                                         else None)
+        node.start()
 
     def set_clock(self, offset):
         """Move the faked broker's wall clock to real time + offset."""
@@ -155,10 +316,15 @@ class Topology:
                 b.proc.kill()
                 b.proc.wait()
                 b.logf.close()
-        if self.redis and self.redis.proc and self.redis.proc.poll() is None:
-            self.redis.proc.send_signal(signal.SIGCONT)
-            self.redis.kill()
-        for p in self.proxies or ():
+        for r in [self._redis] + self.nodes:
+            if r and r.proc and r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGCONT)
+                r.kill()
+        for _, proc in self.sentinels:
+            proc.kill()
+            proc.wait()
+        for p in list(self.proxies or ()) + self.links + [
+                r for rs in self.relays for r in rs]:
             p.stop()
         if self.resource:
             self.resource.stop()

@@ -433,7 +433,7 @@ class Session:
         if g["mode"] != "exclusive":
             return
         t = time.monotonic()
-        ok = self.res.write(g["name"], g["fence"], self.client)
+        ok = self.res.write(g["name"], g["fence"], self.client, g["token"])
         g["writes"].append([t, ok])
 
     def _release(self, g):
