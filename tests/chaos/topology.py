@@ -55,7 +55,7 @@ class ChaosBroker(lbtest.Broker):
     def __init__(self, tmpdir, redis_port, binary, env, name, redis=None):
         """redis: more redis.* keys (the Sentinel topology's)."""
         self.binary = binary
-        self.env = env
+        self.launch_env = env  # lbtest.Broker's own env is the daemon's
         conf = dict(BROKER_CONF, redis=dict(BROKER_CONF["redis"],
                                             **(redis or {})))
         super().__init__(tmpdir, redis_port, conf, name=name)
@@ -66,7 +66,7 @@ class ChaosBroker(lbtest.Broker):
             saved = lbtest.LOCKBROKERD, lbtest.WRAPPER
             lbtest.LOCKBROKERD = self.binary
             lbtest.WRAPPER = ["env"] + ["%s=%s" % kv for kv in
-                                        sorted(self.env.items())]
+                                        sorted(self.launch_env.items())]
             try:
                 return super().start(*args, **kwargs)
             finally:
