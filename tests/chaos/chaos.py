@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import checkers  # noqa: E402
 import report  # noqa: E402
 import workers  # noqa: E402
+import nemesis  # noqa: E402
 from nemesis import Nemesis  # noqa: E402
 from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 
@@ -72,6 +73,10 @@ def parse_args(argv):
     p.add_argument("--sentinel", action="store_true",
                    help="a master, a replica and three Sentinels instead "
                         "of one Redis; adds the lagging_failover fault")
+    p.add_argument("--weights", metavar="KIND=N,...", default="",
+                   help="put each kind named N times (not once) into "
+                        "every round of faults, e.g. lagging_failover=3 "
+                        "for a run that must see many failovers")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory (journals, logs)")
@@ -142,6 +147,17 @@ def self_test(args):
     print("== self-test: %s\n%s" % ("PASS" if ok else "FAIL",
                                     "\n".join(lines)))
     return (0 if ok else 1), {"self_test": results, "ok": ok}
+
+
+def parse_weights(text):
+    """--weights: {kind: copies in every round}."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        kind, _, n = item.partition("=")
+        if kind not in nemesis.SENTINEL_KINDS or not n.isdigit():
+            sys.exit("--weights: %r is not KIND=N with a fault kind" % item)
+        out[kind] = int(n)
+    return out
 
 
 def run(args, variant, seed=None, stop_when_caught=False):
@@ -269,7 +285,8 @@ def _load_and_break(args, topo, seed, stop_when_caught, procs):
                               if stop_when_caught else {})
     nem = Nemesis(topo, [p.pid for p in procs], held, random.Random(seed),
                   args.duration,
-                  self_test=topo.variant if stop_when_caught else None)
+                  self_test=topo.variant if stop_when_caught else None,
+                  weights=parse_weights(args.weights))
     nem.start()
     _watch(args.duration, CATCHES.get(topo.variant) if stop_when_caught
            else None, topo, nem, journals)

@@ -55,9 +55,11 @@ class Nemesis(threading.Thread):
     of the run; self.faults is the log the checkers read."""
 
     def __init__(self, topo, worker_pids, held, rng, duration,
-                 self_test=None):
+                 self_test=None, weights=None):
         """self_test: None, or the variant the self-test runs (the
-        nemesis then makes the faults that variant needs)."""
+        nemesis then makes the faults that variant needs); weights: kind ->
+        how many of it each round holds (1 unless named)."""
+        self.weights = weights or {}
         super().__init__(name="nemesis", daemon=True)
         self.topo, self.worker_pids, self.held = topo, worker_pids, held
         self.rng, self.self_test = rng, self_test
@@ -92,12 +94,14 @@ class Nemesis(threading.Thread):
                           time.monotonic() + 0.5)
 
     def _next_kind(self):
-        """Every kind once (shuffled) before any kind twice."""
+        """Every kind once (shuffled; a weighted kind its weight's times)
+        in a round before the next round."""
         if not self._bag:
-            self._bag = list(SELF_TEST_KINDS_OF.get(
-                self.self_test, SELF_TEST_KINDS) if self.self_test
-                             else SENTINEL_KINDS if self.topo.sentinel
-                             else KINDS)
+            kinds = (SELF_TEST_KINDS_OF.get(self.self_test, SELF_TEST_KINDS)
+                     if self.self_test else SENTINEL_KINDS
+                     if self.topo.sentinel else KINDS)
+            self._bag = [k for k in kinds
+                         for _ in range(self.weights.get(k, 1))]
             self.rng.shuffle(self._bag)
         return self._bag.pop()
 
