@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -561,10 +562,32 @@ cmd_auth_later_cb(evutil_socket_t fd, short what, void *arg)
 	s->resume(s);
 }
 
+/* Unix ms as RFC 3339 UTC ("2026-11-25T06:07:11.123Z"): a person reads
+ * it, and every language parses it; false if it is not a time. */
+static bool
+cmd_utc(const char *ms, char *out, size_t len)
+{
+	uint64_t v;
+	time_t t;
+	struct tm tm;
+
+	if (proto_parse_u64(ms, UINT64_MAX, &v) != 0 ||
+	    v / 1000 > (uint64_t)INT32_MAX * 8)
+		return false;
+	t = (time_t)(v / 1000);
+	if (gmtime_r(&t, &tm) == NULL ||
+	    strftime(out, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+		return false;
+	snprintf(out + strlen(out), len - strlen(out), ".%03uZ",
+	    (unsigned)(v % 1000));
+	return true;
+}
+
 /*
  * One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
  * first space). A broker is stored as "<hostname>:<pid>:<random>" (two
- * brokers may share a hostname and pid); WHO shows "<hostname>:<pid>".
+ * brokers may share a hostname and pid); WHO shows "<hostname>:<pid>", and
+ * the grant's Unix ms as UTC.
  */
 static void
 cmd_who_holder(
@@ -572,14 +595,19 @@ cmd_who_holder(
 {
 	const char *mode = sp + 1, *broker = strchr(mode, ' ') + 1;
 	const char *rest = strchr(broker, ' ');
+	const char *since = strrchr(rest, ' ') + 1;
 	const char *c = memchr(broker, ':', (size_t)(rest - broker));
 	const char *end =
 	    c != NULL ? memchr(c + 1, ':', (size_t)(rest - c - 1)) : NULL;
+	char utc[40];
 
 	if (end == NULL)
 		end = rest;
-	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s%s\n",
-	    (int)(sp - info), info, pttl, (int)(end - mode), mode, rest);
+	if (!cmd_utc(since, utc, sizeof utc))
+		snprintf(utc, sizeof utc, "%s", since);
+	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s%.*s %s\n",
+	    (int)(sp - info), info, pttl, (int)(end - mode), mode,
+	    (int)(since - 1 - rest), rest, utc);
 }
 
 static void

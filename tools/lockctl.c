@@ -547,7 +547,7 @@ ctl_cmd_status(struct conn *c, struct ctl_args *a)
 }
 
 /*
- * Prints "<fence> <ttl_ms> <mode> <broker> <client> <since_ms>" per HOLDER
+ * Prints "<fence> <ttl_ms> <mode> <broker> <client> <since>" per HOLDER
  * line, nothing for a free name; both exit 0, as status does for FREE.
  */
 static int

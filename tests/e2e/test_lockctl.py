@@ -4,6 +4,7 @@ environment, exit codes, and the process group stopped when the lock is lost
 (key deleted in Redis, TTL run out, broker killed, REVOKE); shared and
 counting locks, `who`, `revoke`, and single-flight `fill`."""
 
+import calendar
 import fcntl
 import os
 import re
@@ -22,7 +23,7 @@ EXIT_UNAVAILABLE, EXIT_BUSY, EXIT_AUTH = 69, 75, 77
 
 GRANT = re.compile(r"^(\d+) (\d+) (\S+)$")
 # who: "<fence> <ttl_ms> <mode> <broker> <client> <since_ms>"
-HOLDER = re.compile(r"^(\d+) (\d+) (\S+) (\S+):(\d+) (\d+)@(\S+) (\d+)$")
+HOLDER = re.compile(r"^(\d+) (\d+) (\S+) (\S+):(\d+) (\d+)@(\S+) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$")
 
 
 def comm(pid):
@@ -647,8 +648,11 @@ class Modes(LockctlTest):
         self.assertEqual(m.group(3), "EXCLUSIVE")
         self.assertEqual(int(m.group(5)), self.broker.proc.pid)
         self.assertRegex(m.group(7), r"^127\.0\.0\.1:\d+$")
-        self.assertGreaterEqual(int(m.group(8)), before - 1000)
-        self.assertLessEqual(int(m.group(8)), after + 1000)
+        since = calendar.timegm(time.strptime(m.group(8)[:19],
+                                              "%Y-%m-%dT%H:%M:%S"))
+        since = since * 1000 + int(m.group(8)[20:23])  # UTC, in ms
+        self.assertGreaterEqual(since, before - 1000)
+        self.assertLessEqual(since, after + 1000)
 
     def test_who_shows_a_run_holder_with_its_fence(self):
         script = ('echo $LOCK_FENCE > "$D/fence.tmp"; '

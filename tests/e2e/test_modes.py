@@ -1,6 +1,7 @@
 """Lock modes (issue 9): SHARED readers and writers, LIMIT semaphores,
 FILL single-flight, WHO, admin REVOKE; on two brokers sharing one Redis."""
 
+import datetime
 import random
 import re
 import select
@@ -412,8 +413,13 @@ class Shared(ModesBase):
                          % b.sock.getsockname()[1])
         for w in seen.values():
             self.assertLessEqual(int(w[2]), 5000)
-            self.assertGreaterEqual(int(w[6]), int(t0 * 1000) - 50)
-            self.assertLessEqual(int(w[6]), int(t1 * 1000) + 50)
+            # The grant's time, in UTC to the millisecond.
+            since = datetime.datetime.strptime(
+                w[6], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+            self.assertRegex(w[6], r"\.\d{3}Z$")
+            self.assertGreaterEqual(since, t0 - 0.05)
+            self.assertLessEqual(since, t1 + 0.05)
         locks = a.until_end("LOCKS")
         self.assertEqual(len(locks), 1)
         self.assertRegex(locks[0], r"^LOCK sh %d \d+ FIXED SHARED$" % f1)
@@ -569,8 +575,13 @@ class Who(ModesBase):
             self.assertTrue(w[4].endswith(":%d" % self.broker.proc.pid), w[4])
             self.assertRegex(w[5], r"^[^@\s]+@127\.0\.0\.1:%d$"
                              % a.sock.getsockname()[1])
-            self.assertGreaterEqual(int(w[6]), int(t0 * 1000) - 50)
-            self.assertLessEqual(int(w[6]), int(t1 * 1000) + 50)
+            # The grant's time, in UTC to the millisecond.
+            since = datetime.datetime.strptime(
+                w[6], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+            self.assertRegex(w[6], r"\.\d{3}Z$")
+            self.assertGreaterEqual(since, t0 - 0.05)
+            self.assertLessEqual(since, t1 + 0.05)
 
     def test_who_free_and_bad_name(self):
         c = self.client()
