@@ -227,9 +227,14 @@ cmd_opt_ttl(struct session *s, const char *v, struct cmd_opts *o)
 	return 0;
 }
 
+/* WAIT -1 waits until granted, as locks.default_wait_ms -1 does. */
 static int
 cmd_opt_wait(struct session *s, const char *v, struct cmd_opts *o)
 {
+	if (strcmp(v, "-1") == 0) {
+		o->wait_ms = UINT64_MAX;
+		return 0;
+	}
 	return cmd_parse_ms(s, "WAIT", v, &o->wait_ms);
 }
 
@@ -359,8 +364,9 @@ cmd_acquire(struct session *s, int argc, char **argv)
 	    : (o.seen & CMD_OPT_LIMIT)	? LOCK_LIMIT
 					: LOCK_EXCLUSIVE;
 	/* Without WAIT, the configured default (-1: as long as it takes). */
-	a.wait_ms = (o.seen & CMD_OPT_WAIT) ? (int64_t)o.wait_ms
-					    : cmds.cf->locks.default_wait_ms;
+	a.wait_ms = !(o.seen & CMD_OPT_WAIT) ? cmds.cf->locks.default_wait_ms
+	    : o.wait_ms == UINT64_MAX	     ? -1
+					     : (int64_t)o.wait_ms;
 	/* Half-closed: nobody could cancel a wait by leaving any more. */
 	if (s->eof)
 		a.wait_ms = 0;

@@ -295,6 +295,20 @@ class DefaultWait(BrokerTest):
         self.assertEqual(b.cmd("ACQUIRE dw"), "TIMEOUT")
         self.assertGreaterEqual(time.monotonic() - start, 0.2)
 
+    def test_wait_minus_one_waits_until_granted(self):
+        # -1 means "until granted" in WAIT as in locks.default_wait_ms;
+        # other negatives and fractions stay ERR ARGS.
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE wm"), r"^OK ")
+        b.send("ACQUIRE wm WAIT -1")
+        time.sleep(0.5)  # past the 200 ms default: still waiting
+        self.assertEqual(a.cmd("RELEASE wm"), "OK")
+        self.assertRegex(b.line(), r"^OK ")
+        for bad in ("WAIT -2", "WAIT 1.5", "WAIT -1.0"):
+            self.assertEqual(
+                a.cmd("ACQUIRE wm2 " + bad),
+                "ERR ARGS WAIT wants milliseconds, a plain decimal", bad)
+
 
 if __name__ == "__main__":
     main()
