@@ -28,6 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+sys.path.insert(0, HERE)
+from fairness import commandstats, cpu_us  # noqa: E402
 DOC = os.path.join(ROOT, "docs", "performance.md")
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 
@@ -50,6 +52,15 @@ class Bench:
         import lbtest
         self.lbtest = lbtest
         self.redis = lbtest.Redis(tmp, extra=["--maxclients", "100000"])
+        self.resp = lbtest.Resp(self.redis.port)
+
+    def cost(self):
+        """CPU so far of Redis and of lockbench's (reaped) processes, in
+        µs, and Redis's calls by command."""
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (cpu_us(self.redis.proc.pid),
+                (ru.ru_utime + ru.ru_stime) * 1e6,
+                commandstats(self.resp))
 
     def run(self, target, scenario, args, duration, unix=False):
         """One lockbench run; returns its JSON line as a dict. unix: the
@@ -69,9 +80,13 @@ class Bench:
             addr, pid = "127.0.0.1:%d" % self.redis.port, self.redis.proc.pid
         cmd = [self.lockbench, "--" + target, addr, "-s", scenario,
                "-d", str(duration), "--pid", str(pid)] + args
+        before = self.cost()
+        b0 = cpu_us(broker.proc.pid) if broker is not None else 0
         try:
             out = subprocess.run(cmd, capture_output=True, text=True,
                                  timeout=duration + 120)
+            after = self.cost()
+            b1 = cpu_us(broker.proc.pid) if broker is not None else 0
         finally:
             if broker is not None:
                 code = broker.stop()
@@ -83,9 +98,24 @@ class Bench:
         line = [l for l in out.stdout.splitlines() if l.startswith("{")][-1]
         res = json.loads(line)
         res["command"] = "lockbench " + " ".join(cmd[1:2] + cmd[3:])
+        # Per cycle (uncontended) or grant: CPU of each process from /proc
+        # (a 10 ms clock tick: coarse for short runs), and what Redis ran,
+        # the commands inside scripts included.
+        ops = max(res["ops"], 1)
+        calls = {k: after[2].get(k, 0) - before[2].get(k, 0)
+                 for k in after[2]}
+        res["cpu_us_per_op"] = {
+            "redis": round((after[0] - before[0]) / ops, 2),
+            "broker": round((b1 - b0) / ops, 2) if broker else None,
+            "lockbench": round((after[1] - before[1]) / ops, 2)}
+        res["redis_calls_per_op"] = round(
+            sum(calls.values()) / ops, 2)
+        res["redis_scripts_per_op"] = round(
+            (calls.get("evalsha", 0) + calls.get("eval", 0)) / ops, 2)
         return res
 
     def close(self):
+        self.resp.close()
         self.redis.kill()
 
 
@@ -132,6 +162,30 @@ def rows_uncontended(b, r, u):
         ("uncontended, clients on the broker's Unix socket (sidecar)",
          "p99 cycle (ms)", fmt(u["p99_ms"]), fmt(r["p99_ms"]),
          fmt(up99, "×"), "", ""),
+    ] + rows_cost(b, r, u)
+
+
+def rows_cost(b, r, u):
+    """Where the CPU goes per uncontended cycle (issue 16's figures)."""
+    bc, rc, uc = (x["cpu_us_per_op"] for x in (b, r, u))
+    rr = ratio(bc["redis"], rc["redis"])
+    br = ratio(bc["broker"], rc["redis"])
+    return [
+        ("uncontended", "broker CPU µs / cycle (TCP; Unix socket)",
+         "%s; %s" % (fmt(bc["broker"]), fmt(uc["broker"])),
+         "Redis: %s" % fmt(rc["redis"]), fmt(br, "×"),
+         "≤ 1× Redis's per direct cycle", check(br, "<=", 1.0)),
+        ("uncontended", "Redis CPU µs / cycle", fmt(bc["redis"]),
+         fmt(rc["redis"]), fmt(rr, "×"), "≤ 0.5× direct",
+         check(rr, "<=", 0.5)),
+        ("uncontended", "load generator CPU µs / cycle",
+         fmt(bc["lockbench"]), fmt(rc["lockbench"]),
+         fmt(ratio(bc["lockbench"], rc["lockbench"]), "×"), "", ""),
+        ("uncontended", "Redis commands / cycle (scripts)",
+         "%s (%s)" % (fmt(b["redis_calls_per_op"]),
+                      fmt(b["redis_scripts_per_op"])),
+         "%s (%s)" % (fmt(r["redis_calls_per_op"]),
+                      fmt(r["redis_scripts_per_op"])), "", "", ""),
     ]
 
 

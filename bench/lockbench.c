@@ -146,7 +146,7 @@ struct bconn {
 	int hold_done; /* the hold is over; handoff waits for the peer too */
 	int sent;      /* a scale waiter's first request has been written */
 	int phased;    /* a scale waiter's first poll had its random delay */
-	int use_eval;  /* NOSCRIPT seen: send the script body from now on */
+	int use_eval;  /* NOSCRIPT seen: send the script body next time */
 	char name[96];
 	char token[40];
 };
@@ -539,11 +539,14 @@ conn_release(struct bconn *c)
 		    bufferevent_get_output(c->bev), "RELEASE %s\n", c->name);
 		return;
 	}
-	if (c->use_eval)
+	if (c->use_eval) {
+		/* Once: EVAL caches the script, so EVALSHA works again after
+		 * it (as redis-py's register_script does). */
+		c->use_eval = 0;
 		resp_send(c, 5,
 		    (const char *[]){
 			"EVAL", RELEASE_LUA, "1", c->name, c->token });
-	else
+	} else
 		resp_send(c, 5,
 		    (const char *[]){
 			"EVALSHA", RELEASE_SHA, "1", c->name, c->token });

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONFIG_DEFAULT_PATH "/etc/lockbroker/lockbroker.conf"
 #define CONFIG_MAX_SENTINELS 16
 
 struct config_listen {

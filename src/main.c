@@ -13,6 +13,10 @@
 #include <event2/event.h>
 
 #include "lb_build.h"
+
+/* Where this build installs the configuration: /etc/lockbroker in the
+ * Debian package, prefix/etc/lockbroker from meson install. */
+#define CONFIG_DEFAULT_PATH LB_SYSCONFDIR "/lockbroker/lockbroker.conf"
 #if HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
