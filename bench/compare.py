@@ -28,13 +28,32 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
-sys.path.insert(0, HERE)
-from fairness import commandstats, cpu_us  # noqa: E402
 DOC = os.path.join(ROOT, "docs", "performance.md")
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 
 BROKER_CONF = {"log": {"level": "warning"},
                "limits": {"max_clients": 100000, "max_waiters": 100000}}
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us(pid):
+    """utime+stime of PID in microseconds, from /proc/PID/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is the state (field 3): utime and stime are fields 14, 15.
+    return (int(fields[11]) + int(fields[12])) * 1e6 / TICK
+
+
+def commandstats(redis):
+    """cmdstat name -> calls."""
+    out = {}
+    for line in redis("INFO", "commandstats").splitlines():
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
 
 
 def raise_nofile():

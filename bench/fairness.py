@@ -48,7 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 sys.path.insert(0, HERE)
-from compare import machine, raise_nofile, write_doc  # bench/compare.py
+from compare import (commandstats, cpu_us, machine, raise_nofile,  # noqa
+                     write_doc)  # bench/compare.py
 
 BEGIN, END = "<!-- fairness:begin -->", "<!-- fairness:end -->"
 PREFIX = "lockbroker:"
@@ -63,25 +64,6 @@ ODD_KEYS = ["late_grants_total", "errors_total",
             "lost_expired_total", "lost_stolen_total",
             "lost_unavailable_total", "lost_revoked_total",
             "redis_timeouts_total", "renewal_failures_total"]
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_us(pid):
-    """utime+stime of PID in microseconds, from /proc/PID/stat."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is the state (field 3): utime and stime are fields 14, 15.
-    return (int(fields[11]) + int(fields[12])) * 1e6 / TICK
-
-
-def commandstats(redis):
-    """cmdstat name -> calls."""
-    out = {}
-    for line in redis("INFO", "commandstats").splitlines():
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
 
 
 class Listener:
