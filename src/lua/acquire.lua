@@ -67,6 +67,7 @@ if not closed and redis.call('EXISTS', KEYS[3]) == 0 and
     redis.call('DEL', KEYS[1])
     return f
   end
+  keep_fence(KEYS[2], ARGV[2])
   if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
   return {1, f}
 end
@@ -110,6 +111,7 @@ local function grant()
     redis.call('DEL', KEYS[1])
     return f
   end
+  keep_fence(KEYS[2], ARGV[2])
   if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
   if tk ~= '' then
     redis.call('ZREM', KEYS[3], tk)
@@ -155,6 +157,7 @@ if holds then
       string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
+  keep_fence(KEYS[2], ARGV[2])
   if tk ~= '' then
     redis.call('ZREM', KEYS[3], tk)
     redis.call('HDEL', KEYS[4], tk)

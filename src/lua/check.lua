@@ -53,7 +53,7 @@ if ARGV[3] ~= '0' and not v then
       c and c <= tonumber(ARGV[2]) and
       redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
-    redis.call('SET', KEYS[4], ARGV[2])
+    redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + 86400000)
     return kept(KEYS[1])
   end
 end

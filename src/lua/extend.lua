@@ -28,6 +28,7 @@ if holds then
     redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' shortened ' .. c .. ' ' ..
       ARGV[4])
   end
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + 86400000) -- fence.lua
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if v and v ~= '=shared' then return 0 end

@@ -104,6 +104,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
       ttl = ARGV[8]
     end
     redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
+    keep_fence(KEYS[5], ttl)
     redis.call('DEL', KEYS[11])
     if b == ARGV[7] then return {1, f, n, tok} end
     redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..

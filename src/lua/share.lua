@@ -107,6 +107,7 @@ if ARGV[6] ~= '0' and n + before >= tonumber(ARGV[6]) then
 end
 local f = next_fence(KEYS[2])
 if type(f) ~= 'number' then return f end
+keep_fence(KEYS[2], ARGV[2])
 unqueue()
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],

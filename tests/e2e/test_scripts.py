@@ -309,6 +309,32 @@ class Scripts(BrokerTest):
         self.assertEqual(self.release("k", "t", g[1]), 1)
         self.assertGreater(self.acquire("k", "t")[1], g[1])
 
+    def test_fence_counter_lives_a_day_past_the_last_lease(self):
+        """The counter goes a day after the last lease set on the name
+        (grant, renewal, hand-over, shared grant), so unused names leave
+        nothing in Redis; while it lives, releases compare with it."""
+        day = 86400000
+        fk = "lockbroker:{d}:fence"
+        pttl = lambda k=fk: self.r("PTTL", k)
+        g = self.acquire("d", "t", ttl=10000)
+        self.assertEqual(g[0], 1)
+        self.assertTrue(day + 9000 < pttl() <= day + 10000, pttl())
+        ext = self.run_script("extend", "d", "t", 60000, g[1], ME, CH, "d",
+                              INC, "")
+        self.assertEqual(ext, 1)
+        self.assertTrue(day + 59000 < pttl() <= day + 60000, pttl())
+        # A waiter's ticket is handed the name with its own ttl.
+        self.acquire("d", "w", ttl=20000, mark=700, ticket=ME + "#1",
+                     least=1)
+        h = self.release("d", "t", g[1])
+        self.assertEqual(h[:1] + h[2:], [1, 1, "w"])
+        self.assertTrue(day + 19000 < pttl() <= day + 20000, pttl())
+        self.assertEqual(self.release("d", "w", h[1]), 1)
+        self.assertGreater(pttl(), day)  # released: it still goes later
+        # A shared grant keeps its counter too.
+        self.share("ds", "r", "SHARED", 0)
+        self.assertGreater(pttl("lockbroker:{ds}:fence"), day)
+
     def test_gate(self):
         """Nothing is granted (or extended, or checked) for a broker whose
         incarnation is not the marker's, nor granted in a grace period."""

@@ -6,7 +6,11 @@
 -- such a loss (docs/operations.md, "When Redis forgets"). 2^53
 -- microseconds is the year 2255: fences stay exact in every language's
 -- numbers. Returns the fence, or the INCR's error (a counter that is not
--- an integer), having changed nothing.
+-- an integer), having changed nothing. The counter is only needed while a
+-- grant may still be compared with it: keep_fence makes it live a day past
+-- the lease just set (an exclusive holder's release, renewal and VALIDATE
+-- read it), so the names nobody uses any more leave nothing in Redis; a
+-- counter gone gives the clock's fence, above it by then.
 local function next_fence(k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -17,4 +21,7 @@ local function next_fence(k)
     f = now
   end
   return f
+end
+local function keep_fence(k, ttl)
+  redis.call('PEXPIRE', k, tonumber(ttl) + 86400000)
 end
