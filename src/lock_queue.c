@@ -43,6 +43,8 @@ static void lockq_side_cb(const struct lockdb_reply *r, void *arg);
 static bool lockq_token_used(
     struct lock_name *ln, const char *token, const struct lock_req *req);
 static void lockq_take(struct lock_req *req);
+static void lockq_ask_head(
+    struct lock_name *ln, const struct lock_req *trier, uint64_t head);
 static void lockq_confirm(struct lock_req *req);
 static void lockq_confirm_cb(const struct lockdb_reply *r, void *arg);
 
@@ -462,6 +464,8 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 			req->marked_writer = true;
 		if (req->mode == LOCK_FILL && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
+		if (r->head != 0 && req->queued)
+			lockq_ask_head(ln, req, r->head);
 		if (req->handed != 0)
 			lockq_confirm(req);
 		else if (req->wait_ms == 0) {
@@ -516,6 +520,25 @@ lockq_ask(struct lock_req *req, struct lockdb_ask *a, char *info, size_t len)
 		    ? first->ticket
 		    : req->ticket;
 	}
+}
+
+/*
+ * Redis says the queue's first ticket is another of ours (head): the trier
+ * is queued behind it (its grant came too late and was given back, or the
+ * others took their places first after a reconnect), and only a try with
+ * that ticket can take the name, so its waiter asks now.
+ */
+static void
+lockq_ask_head(
+    struct lock_name *ln, const struct lock_req *trier, uint64_t head)
+{
+	struct lock_req *r;
+
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r != trier && r->ticket == head && !r->in_flight) {
+			lockq_take(r);
+			return;
+		}
 }
 
 /* Only the trier of a queue asks Redis again and again. */
@@ -734,7 +757,11 @@ lockq_missed(struct lock_name *ln, void *arg)
 {
 	struct lock_req *r, *trier = lockq_trier(ln);
 
-	if (trier != NULL)
+	/* The trier first, so the places taken again keep their order. */
+	if (trier != NULL && !ln->attempting && !trier->in_flight) {
+		lockq_retry_stop(ln);
+		lockq_attempt(ln);
+	} else if (trier != NULL)
 		lockq_retry_at(ln, 0);
 	/* A hand-over's message may be among them: a try finds the grant. */
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)

@@ -440,6 +440,7 @@ lockdb_parse_acquire(const long long *v, struct lockdb_reply *out)
 				       : 0;
 		out->fence = v[2] > 0 ? (uint64_t)v[2] : 0;
 		out->marked = v[3] == 1;
+		out->head = v[4] > 0 ? (uint64_t)v[4] : 0;
 		return v[1] >= -2;
 	case 2:
 		out->status = LDB_DONE;

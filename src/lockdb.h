@@ -44,6 +44,8 @@ struct lockdb_reply {
 	uint64_t count;	 /* STATUS: holders; REVOKE: holders removed */
 	bool valid;	 /* STATUS with a fence: a holder has it */
 	bool marked;	 /* ACQUIRE refused by shared holders: marked writer */
+	uint64_t head;	 /* ACQUIRE refused: the queue's first ticket, if it
+			    is another of this broker's (0: not) */
 	size_t nholders; /* WHO */
 	const struct lockdb_holder *holders;
 	/* RELEASE that handed the name to a ticket: fence is the new grant's;

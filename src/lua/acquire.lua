@@ -47,7 +47,8 @@
 --   incarnation (the id the broker knows), run_id (of its connection's
 --   Redis; "" if it may not read it)
 -- Returns {1, fence}; {0, ms to look again (-1: none known), holder's
---   fence, marked}; {2, done}; {3, n} when the token is a shared holder (n
+--   fence, marked, n: the queue's first ticket "<broker>#<n>" when it is
+--   another of this broker's (the broker of info), else 0}; {2, done}; {3, n} when the token is a shared holder (n
 --   as share.lua's); gate.lua's {-1, 0} or {-2, ms}; or the INCR's error.
 
 -- include fence.lua
@@ -86,6 +87,10 @@ if closed then -- a grace period: a waiter keeps its place, nothing more
   end
   return closed
 end
+-- The queue's first ticket when it is another of this broker's: its
+-- waiter is asked to try (the one trying here may be queued behind it).
+local hb, hn = string.match(first or '', '^(.+)#(%d+)$')
+if first == tk or hb ~= string.match(ARGV[4], '^%S+ (%S+)') then hn = 0 end
 local function refuse(pt, f, w)
   if tk ~= '' then w = 0 end -- its place keeps later readers out
   if ARGV[3] ~= '0' then
@@ -102,7 +107,7 @@ local function refuse(pt, f, w)
     qtake(KEYS[3], KEYS[4], KEYS[5], tk,
       ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[11], ARGV[12], now)
   end
-  return {0, pt, f, ARGV[3] ~= '0' and w or 0}
+  return {0, pt, f, ARGV[3] ~= '0' and w or 0, tonumber(hn)}
 end
 local function grant()
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])

@@ -21,7 +21,8 @@
 -- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
 --   channel, name, incarnation, run_id, ticket ("<broker>#<n>", or ""),
 --   least, live (as acquire.lua's)
--- Returns {1, fence}, {0, ms to look again (-1: none known), 0, 0}, {3, n},
+-- Returns {1, fence}, {0, ms to look again (-1: none known), 0, 0, n (as
+--   acquire.lua's: the first ticket when another of this broker's)}, {3, n},
 --   or gate.lua's {-1, 0} or {-2, ms}.
 
 -- include now.lua
@@ -42,12 +43,13 @@ if closed then place() return closed end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
+local hn = 0 -- as acquire.lua's: the first ticket, another of ours
 local function refuse(t)
   if ARGV[3] ~= '0' and tk == '' then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
   end
   place()
-  return {0, t, 0, 0}
+  return {0, t, 0, 0, hn}
 end
 local function unqueue()
   if tk ~= '' then
@@ -96,7 +98,11 @@ end
 local t = redis.call('PTTL', KEYS[6])
 if t > 0 then return refuse(t) end
 local before = 0
-if qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[13]) then
+local first, hb = qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[13])
+if first and first ~= tk and hb == string.match(ARGV[4], '^%S+ (%S+)') then
+  hn = tonumber(string.match(first, '#(%d+)$'))
+end
+if first then
   before = tk ~= '' and qbefore(KEYS[8], KEYS[9], KEYS[10], now, tk,
     ARGV[5])
   if not before then return refuse(-1) end

@@ -88,7 +88,7 @@ class Scripts(BrokerTest):
         self.assertLessEqual(self.r("PTTL", "lockbroker:{a}"), 5000)
         r = self.acquire("a", "t2", mark=700)
         self.assertEqual(r[0], 0)
-        self.assertEqual(r[2:], [f(1), 0])
+        self.assertEqual(r[2:], [f(1), 0, 0])
         self.assertEqual(self.r("EXISTS", "lockbroker:{a}:waiters"), 1)
         once = self.acquire("a", "t2")  # a try-once marks nothing
         self.assertEqual((once[0], once[2], once[3]), (0, f(1), 0))
@@ -157,6 +157,23 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("EXISTS", "lockbroker:{m}:writer"), 1)
         self.assertEqual(self.release("m", "a", fence=f(2)), 0)
         self.assertEqual(self.release("m", "a", fence=f(1)), 1)
+
+    def test_refusal_names_the_first_ticket_when_it_is_ours(self):
+        """The broker's try behind another of its own tickets is told
+        which (its waiter then asks); another broker's try is not."""
+        self.acquire("hq", "h")
+        self.acquire("hq", "a", mark=700, ticket=ME + "#2", least=1)
+        self.acquire("hq", "b", mark=700, ticket=ME + "#1", least=1)
+        self.r("DEL", "lockbroker:{hq}")  # its lease ran out
+        r = self.acquire("hq", "b", mark=700, ticket=ME + "#1", least=1)
+        self.assertEqual((r[0], r[1], r[4]), (0, -1, 2))
+        r = self.acquire("hq", "c", mark=700, ticket=OTHER + "#1", least=1,
+                         inf=info(broker=OTHER))
+        self.assertEqual((r[0], r[4]), (0, 0))
+        s = self.share("hq", "d", "SHARED", 0, ticket=ME + "#3", least=1)
+        self.assertEqual((s[0], s[4]), (0, 2))
+        self.assertEqual(self.acquire("hq", "a", ticket=ME + "#2",
+                                      least=1)[0], 1)
 
     def test_readers_queue_in_order(self):
         """Readers take tickets in the one queue: behind a writer's

@@ -175,8 +175,8 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
 	fake_set_token(c, token);
 	c->fence = fence;
 	c->ttl_ms = info != NULL ? restore_ms : 0;
-	snprintf(c->ask_info, sizeof c->ask_info, "%s",
-	    info != NULL ? info : "");
+	snprintf(
+	    c->ask_info, sizeof c->ask_info, "%s", info != NULL ? info : "");
 }
 
 void
@@ -312,6 +312,18 @@ fake_refuse(struct fake_call *c, uint64_t pttl, uint64_t fence)
 	fake_answer(c, &r);
 }
 
+/* Refused with no lease to wait for: the queue's first ticket is this
+ * broker's ticket head. */
+void
+fake_reply_head(struct fake_call *c, uint64_t head)
+{
+	struct lockdb_reply r = {
+		.status = LDB_NO, .pttl = UINT64_MAX, .head = head
+	};
+
+	fake_answer(c, &r);
+}
+
 /* Bounded: an engine that asked again forever would hang the test. */
 unsigned
 fake_drain(enum lockdb_status status)
@@ -358,8 +370,7 @@ fake_connect(void)
 }
 
 void
-fake_incarnation(bool first, bool changed, uint64_t grace_ms,
-    uint64_t sent_ms)
+fake_incarnation(bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms)
 {
 	struct lockdb_inc inc = { first, changed, grace_ms, sent_ms };
 

@@ -76,6 +76,7 @@ void fake_answer(struct fake_call *c, const struct lockdb_reply *r);
 void fake_reply(struct fake_call *c, enum lockdb_status status);
 void fake_grant(struct fake_call *c, uint64_t fence);
 void fake_refuse(struct fake_call *c, uint64_t pttl, uint64_t fence);
+void fake_reply_head(struct fake_call *c, uint64_t head);
 /* Answer every pending call, and those the answers make, with status, as
  * Redis going away does; returns how many. */
 unsigned fake_drain(enum lockdb_status status);
@@ -90,8 +91,8 @@ void fake_handed(
 /* The command connection was (re)made. */
 void fake_connect(void);
 /* incarnation.lua answered (lockdb_on_incarnation's callback). */
-void fake_incarnation(bool first, bool changed, uint64_t grace_ms,
-    uint64_t sent_ms);
+void fake_incarnation(
+    bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms);
 /* How many times the engine asked for the incarnation. */
 unsigned fake_incarnation_asks(void);
 /* What lockdb_up() answers (true after fake_reset). */
