@@ -40,7 +40,8 @@
 	X(lost_maxhold_total, COUNTER, "EVENT LOST maxhold")                   \
 	X(lost_revoked_total, COUNTER, "EVENT LOST revoked")                   \
 	X(redis_up, GAUGE,                                                     \
-	    "1 while the Redis command connection is up (and Redis's incarnation of the lock data known)") \
+	    "1 while the Redis command connection is up (and Redis's "         \
+	    "incarnation of the lock data known)")                             \
 	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
