@@ -118,10 +118,7 @@ local function grant()
   end
   keep_fence(KEYS[2], ARGV[2])
   if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
-  if tk ~= '' then
-    redis.call('ZREM', KEYS[3], tk)
-    redis.call('HDEL', KEYS[4], tk)
-  end
+  qdrop(KEYS[3], KEYS[4], tk)
   return {1, f}
 end
 if v == '=shared' then
@@ -163,10 +160,7 @@ if holds then
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   keep_fence(KEYS[2], ARGV[2])
-  if tk ~= '' then
-    redis.call('ZREM', KEYS[3], tk)
-    redis.call('HDEL', KEYS[4], tk)
-  end
+  qdrop(KEYS[3], KEYS[4], tk)
   return {1, tonumber(fs)}
 end
 return refuse(redis.call('PTTL', KEYS[1]), tonumber(fs),

@@ -97,8 +97,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
   end
   local f = tok and next_fence(KEYS[5])
   if type(f) == 'number' then
-    redis.call('ZREM', KEYS[8], tk)
-    redis.call('HDEL', KEYS[9], tk)
+    qdrop(KEYS[8], KEYS[9], tk)
     local n = tonumber(string.match(tk, '#(%d+)$'))
     if b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
       ttl = ARGV[8]

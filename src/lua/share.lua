@@ -51,12 +51,6 @@ local function refuse(t)
   place()
   return {0, t, 0, 0, hn}
 end
-local function unqueue()
-  if tk ~= '' then
-    redis.call('ZREM', KEYS[8], tk)
-    redis.call('HDEL', KEYS[9], tk)
-  end
-end
 if v and v ~= '=shared' then
   if holds then return {3, -1} end
   return refuse(redis.call('PTTL', KEYS[1]))
@@ -91,7 +85,7 @@ if n > 0 then
     redis.call('ZADD', KEYS[4], at, ARGV[1])
     stretch(KEYS[1], KEYS[4], KEYS[5], now)
     redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)
-    unqueue()
+    qdrop(KEYS[8], KEYS[9], tk)
     return {1, tonumber(fs)}
   end
 end
@@ -114,7 +108,7 @@ end
 local f = next_fence(KEYS[2])
 if type(f) ~= 'number' then return f end
 keep_fence(KEYS[2], ARGV[2])
-unqueue()
+qdrop(KEYS[8], KEYS[9], tk)
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
   '=mode', ARGV[5])

@@ -82,6 +82,14 @@ class ModesBase(BrokerTest):
         self.assertEqual(c.cmd("AUTH " + ADMIN), "OK")
         return c
 
+    def assert_granted_between(self, since, t0, t1):
+        """WHO's grant time: UTC to the millisecond, within [t0, t1]."""
+        self.assertRegex(since, r"\.\d{3}Z$")
+        t = datetime.datetime.strptime(since, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        self.assertGreaterEqual(t, t0 - 0.05)
+        self.assertLessEqual(t, t1 + 0.05)
+
     def quiet(self, clients, duration=0.3):
         """Assert none of the clients is told anything for a while."""
         got = poll_lines(clients, duration)
@@ -413,13 +421,7 @@ class Shared(ModesBase):
                          % b.sock.getsockname()[1])
         for w in seen.values():
             self.assertLessEqual(int(w[2]), 5000)
-            # The grant's time, in UTC to the millisecond.
-            since = datetime.datetime.strptime(
-                w[6], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-                    tzinfo=datetime.timezone.utc).timestamp()
-            self.assertRegex(w[6], r"\.\d{3}Z$")
-            self.assertGreaterEqual(since, t0 - 0.05)
-            self.assertLessEqual(since, t1 + 0.05)
+            self.assert_granted_between(w[6], t0, t1)
         locks = a.until_end("LOCKS")
         self.assertEqual(len(locks), 1)
         self.assertRegex(locks[0], r"^LOCK sh %d \d+ FIXED SHARED$" % f1)
@@ -575,13 +577,7 @@ class Who(ModesBase):
             self.assertTrue(w[4].endswith(":%d" % self.broker.proc.pid), w[4])
             self.assertRegex(w[5], r"^[^@\s]+@127\.0\.0\.1:%d$"
                              % a.sock.getsockname()[1])
-            # The grant's time, in UTC to the millisecond.
-            since = datetime.datetime.strptime(
-                w[6], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-                    tzinfo=datetime.timezone.utc).timestamp()
-            self.assertRegex(w[6], r"\.\d{3}Z$")
-            self.assertGreaterEqual(since, t0 - 0.05)
-            self.assertLessEqual(since, t1 + 0.05)
+            self.assert_granted_between(w[6], t0, t1)
 
     def test_who_free_and_bad_name(self):
         c = self.client()

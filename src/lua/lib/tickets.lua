@@ -19,7 +19,8 @@
 -- nil when one in another mode is before it or it is further back.
 -- qwake tells the brokers of the first live tickets in the head's mode
 -- (up to 16; not broker self, which kicks its own queue) that they may
--- try now: "<name>" on their channels. Needs now.lua.
+-- try now: "<name>" on their channels. qdrop takes ticket tk (if any: ""
+-- is none) out of the queue, as a grant does. Needs now.lua.
 local function qlive(qb, tk, now)
   local b, n = string.match(tk, '^(.+)#(%d+)$')
   local til, least = string.match(redis.call('HGET', qb, b or '') or '',
@@ -47,6 +48,12 @@ local function qhead(q, qt, qb, now, live)
     if not tk then return nil end
     local b = qlive(qb, tk, now)
     if b then return tk, b end
+    redis.call('ZREM', q, tk)
+    redis.call('HDEL', qt, tk)
+  end
+end
+local function qdrop(q, qt, tk)
+  if tk ~= '' then
     redis.call('ZREM', q, tk)
     redis.call('HDEL', qt, tk)
   end
