@@ -45,7 +45,7 @@ lock_released(const char *name, const struct lockdb_reply *r, uint64_t sent_ms)
 		STAT_INC(handovers_total);
 		if (r->ticket != 0)
 			lockq_handed(
-			    name, r->ticket, r->fence, r->token, sent_ms);
+			    name, r->ticket, r->fence, r->token, sent_ms, 0);
 	} else if ((ln = lockname_find(name)) != NULL)
 		lockq_kick(ln);
 }

@@ -253,13 +253,30 @@ static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
 static void lockhold_renewed(
     struct lock_req *req, const struct lockdb_reply *r);
 
+/* An EXTEND of h's grant (its token and fence) to ttl_ms, as a renewal. */
+static void
+lockhold_extend(struct lock_hold *h, uint64_t ttl_ms, bool confirming)
+{
+	struct lock_req *req;
+
+	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
+	req->hold = h;
+	req->confirming = confirming;
+	lockreq_send(req);
+	req->ttl_ms = ttl_ms;
+	h->renewing = req;
+	/* A reload may have shortened lease_ms. */
+	lockhold_assume(req);
+	lockdb_extend(h->ln->name, h->token, h->fence, req->ttl_ms,
+	    lockhold_renew_cb, req);
+}
+
 /* Every lease/3: push the session lease out again, compare-and-PEXPIRE. */
 static void
 lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lock_hold *h = arg;
 	struct lock_owner *o = h->owner;
-	struct lock_req *req;
 
 	/* Every third of the lease in force now (a reload may change it). */
 	lockreq_timer(h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
@@ -268,15 +285,25 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (o->pending != NULL && o->pending->ln == h->ln &&
 	    (o->pending->op == OP_ACQUIRE || o->pending->op == OP_EXTEND))
 		return; /* its own ACQUIRE or EXTEND sets the lease now */
-	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
-	req->hold = h;
-	lockreq_send(req);
-	req->ttl_ms = (uint64_t)hold.cf->locks.lease_ms;
-	h->renewing = req;
-	/* A reload may have shortened lease_ms. */
-	lockhold_assume(req);
-	lockdb_extend(h->ln->name, h->token, h->fence, req->ttl_ms,
-	    lockhold_renew_cb, req);
+	lockhold_extend(h, (uint64_t)hold.cf->locks.lease_ms, false);
+}
+
+/*
+ * h was granted on another broker's hand-over and answered before it was
+ * confirmed (docs/protocol.md §4, Waiting): it trusts no further than
+ * that hand-over's lease (until_ms) and confirms it now, an EXTEND to its
+ * own ttl; the answer lengthens it, a refusal loses it (stolen).
+ */
+void
+lockhold_handed(struct lock_hold *h, uint64_t until_ms)
+{
+	if (until_ms < h->valid_until_ms) {
+		h->valid_until_ms = until_ms;
+		lockhold_arm(h);
+	}
+	if (h->renewing != NULL)
+		h->renewing->hold = NULL; /* of an earlier grant: not ours */
+	lockhold_extend(h, h->ttl_ms, true);
 }
 
 static void
@@ -314,10 +341,11 @@ lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
 
 	if (h != NULL) {
 		h->renewing = NULL;
-		if (h->kind != LOCK_SESSION) {
+		if (h->kind != LOCK_SESSION && !req->confirming) {
 			/* Re-granted as a fixed lease meanwhile: not ours. */
 		} else if (r->status == LDB_OK) {
-			STAT_INC(renewals_total);
+			if (!req->confirming)
+				STAT_INC(renewals_total);
 			lockhold_lease(req, h->fence);
 		} else if (r->status == LDB_NO && !h->stale) {
 			lockhold_lost(h, LOST_STOLEN);

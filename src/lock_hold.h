@@ -44,6 +44,9 @@ void lockhold_assume(struct lock_req *req);
 /* Redis set the lease as req asked, for the grant with fence (0: any of
  * req's token). */
 void lockhold_lease(const struct lock_req *req, uint64_t fence);
+/* h was granted on another broker's hand-over before confirming it: it
+ * trusts it no further than until_ms, and confirms it now. */
+void lockhold_handed(struct lock_hold *h, uint64_t until_ms);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);

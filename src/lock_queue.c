@@ -516,6 +516,8 @@ lockq_ask(struct lock_req *req, struct lockdb_ask *a, char *info, size_t len)
 		a->ticket = 0; /* turned try-once (input ended): no place */
 	else if (req->ticket != 0) {
 		req->took = true;
+		if (req->ticket_ms == 0)
+			req->ticket_ms = req->start_ms;
 		a->least = first->ticket != 0 && first->ticket < req->ticket
 		    ? first->ticket
 		    : req->ticket;
@@ -649,17 +651,37 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 }
 
 /*
+ * Another broker's hand-over (for ttl_ms, 0: not said) may be answered
+ * before it is confirmed: Redis made it after req's first try with its
+ * ticket, so it lasts at least ttl_ms from sending that try. With more
+ * than half of that ahead (and no replicas to wait for), req is granted
+ * now, trusted until then, and confirms meanwhile (lockhold_handed).
+ */
+static bool
+lockq_handed_early(const struct lock_req *req, uint64_t ttl_ms)
+{
+	if (ttl_ms == 0 || req->ticket_ms == 0 || req->owner == NULL ||
+	    q.cf->redis.wait_replicas > 0)
+		return false;
+	return util_validity_end(req->ticket_ms, ttl_ms,
+		   q.cf->locks.clock_drift) > mono_ms() + ttl_ms / 2;
+}
+
+/*
  * A release handed name to our ticket n (fence, under token): by this
  * broker (sent_ms: when that release was sent, which its lease counts
- * from) or by another (0: to be confirmed first). A waiter that left has
- * the grant released, which hands it on.
+ * from) or by another (0: confirmed first, or meanwhile when its lease
+ * allows). A waiter that left has the grant released, which hands it on.
  */
 void
 lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
-    const char *token, uint64_t sent_ms)
+    const char *token, uint64_t sent_ms, uint64_t ttl_ms)
 {
 	struct lock_name *ln = lockname_find(name);
 	struct lock_req *req = NULL;
+	struct lock_owner *o;
+	struct lock_hold *h;
+	uint64_t until;
 
 	if (ln != NULL)
 		TAILQ_FOREACH (req, &ln->waiters, queue_entry)
@@ -687,16 +709,22 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 			req->handed = fence;
 		return;
 	}
-	if (sent_ms == 0) {
+	if (sent_ms == 0 && !lockq_handed_early(req, ttl_ms)) {
 		req->handed = fence;
 		lockq_confirm(req);
 		return;
 	}
 	lockname_pin(ln);
 	lockreq_send(req);
-	req->start_ms = sent_ms;
+	req->start_ms = sent_ms != 0 ? sent_ms : req->ticket_ms;
+	until =
+	    util_validity_end(req->ticket_ms, ttl_ms, q.cf->locks.clock_drift);
+	o = req->owner;
 	lockq_side_cb(
 	    &(struct lockdb_reply){ .status = LDB_OK, .fence = fence }, req);
+	if (sent_ms == 0 && (h = lockhold_find(o, name)) != NULL &&
+	    h->fence == fence)
+		lockhold_handed(h, until);
 	lockname_unref(ln);
 }
 
@@ -795,8 +823,8 @@ lockq_news_cb(const struct lockdb_news *news)
 		return;
 	}
 	if (news->kind == LDB_NEWS_HANDED) {
-		lockq_handed(
-		    news->name, news->ticket, news->fence, news->token, 0);
+		lockq_handed(news->name, news->ticket, news->fence, news->token,
+		    0, news->ttl_ms);
 		return;
 	}
 	if ((ln = lockname_find(news->name)) == NULL)

@@ -38,9 +38,9 @@ void lockq_conflict(struct lock_req *req, const struct lockdb_reply *r);
 void lockq_retry_stop(struct lock_name *ln);
 /* A release handed name to this broker's ticket n, as fence under token:
  * sent_ms is when this broker sent that release, or 0 when another broker
- * made it (the grant is confirmed first). */
+ * made it, for ttl_ms (0: not said; the grant is confirmed first). */
 void lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
-    const char *token, uint64_t sent_ms);
+    const char *token, uint64_t sent_ms, uint64_t ttl_ms);
 /* SIGTERM: every waiter is told ERR SHUTDOWN; no more waiting. */
 void lockq_stop(void);
 bool lockq_stopping(void);

@@ -55,10 +55,11 @@ struct lock_req {
 	bool marked_writer; /* a try marked it a writer readers wait for */
 	bool queued;
 	bool in_flight;
-	bool again;  /* OP_CHECK: more was missed while it was in Redis */
-	bool trying; /* its name's attempt (lockq) is this request's */
-	bool asking; /* in ln->asking */
-	bool forget; /* OP_RELEASE: its token asked again; never redone */
+	bool again;	 /* OP_CHECK: more was missed while it was in Redis */
+	bool confirming; /* OP_RENEW: of a hand-over answered before */
+	bool trying;	 /* its name's attempt (lockq) is this request's */
+	bool asking;	 /* in ln->asking */
+	bool forget;	 /* OP_RELEASE: its token asked again; never redone */
 	enum lock_kind kind;
 	enum lock_mode mode;
 	unsigned limit; /* LOCK_LIMIT */
@@ -75,8 +76,10 @@ struct lock_req {
 	/* A waiter's place in the queue every broker shares (docs/protocol.md
 	 * §3 Waiting): ticket n, 0 for none; took: a try carried it, so it
 	 * may be queued in Redis; handed: a grant another broker's release
-	 * handed it while a try of its own was in Redis (confirmed after). */
+	 * handed it while a try of its own was in Redis (confirmed after);
+	 * ticket_ms: monotonic, read before the first try with it was sent. */
 	uint64_t ticket;
+	uint64_t ticket_ms;
 	bool took;
 	uint64_t handed;
 	uint64_t retry_ms; /* OP_CHECK: the wait before asking again */

@@ -129,23 +129,27 @@ lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
 	return true;
 }
 
-/* On this broker's channel: "<name> <n> <fence> <token>", a release
- * handed name to ticket n; or "<name>", readers queued here may try. */
+/* On this broker's channel: "<name> <n> <fence> <token> <ttl>", a release
+ * handed name to ticket n for ttl ms (an older broker's says no ttl); or
+ * "<name>", readers queued here may try. */
 static bool
 lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
 {
-	char *w[5];
-	int n = proto_split(msg, len, w, 5);
+	char *w[6];
+	int n = proto_split(msg, len, w, 6);
 
 	if (n == 1 && proto_valid_name(w[0])) {
 		news->kind = LDB_NEWS_RELEASED;
 		news->name = w[0];
 		return true;
 	}
-	if (n != 4 || !proto_valid_name(w[0]) ||
+	if ((n != 4 && n != 5) || !proto_valid_name(w[0]) ||
 	    proto_parse_u64(w[1], UINT64_MAX, &news->ticket) != 0 ||
 	    proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0 ||
-	    !proto_valid_token(w[3]))
+	    !proto_valid_token(w[3]) ||
+	    (n == 5 &&
+		(proto_parse_u64(w[4], UINT64_MAX, &news->ttl_ms) != 0 ||
+		    news->ttl_ms == 0)))
 		return false;
 	news->kind = LDB_NEWS_HANDED;
 	news->name = w[0];
@@ -156,7 +160,7 @@ lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
 static void
 lockdb_message_cb(const char *channel, const char *msg, size_t len, void *arg)
 {
-	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0, 0, NULL };
+	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0, 0, NULL, 0 };
 	char buf[PROTO_NAME_MAX + 160];
 
 	if (msg != NULL) {

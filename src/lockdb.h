@@ -91,6 +91,7 @@ struct lockdb_news {
 	uint64_t fence;
 	uint64_t ticket;   /* LDB_NEWS_HANDED */
 	const char *token; /* LDB_NEWS_HANDED */
+	uint64_t ttl_ms;   /* LDB_NEWS_HANDED: its lease; 0: not said */
 };
 
 typedef void lockdb_news_fn(const struct lockdb_news *);

@@ -18,10 +18,12 @@
 -- mark goes, the new holder being a writer). A ticket of this broker gets
 -- its own ttl, counted by the broker from before this release was sent;
 -- another broker's gets at most handoff ms, and a message on that
--- broker's channel ("<name> <n> <fence> <token>"): that broker confirms
--- the grant (EXTEND with the fence) before it answers its client, so a
--- grant to a broker that died is free again after handoff ms. When the
--- first ticket is a reader's (SHARED or LIMIT), free name or not, the
+-- broker's channel ("<name> <n> <fence> <token> <ttl>"): that broker
+-- confirms the grant (EXTEND with the fence), so a grant to a broker that
+-- died is free again after handoff ms. It may answer its client before
+-- the confirmation: its first try with the ticket ran before this script,
+-- so ttl counted from sending that try is a lower bound of this lease.
+-- When the first ticket is a reader's (SHARED or LIMIT), free name or not, the
 -- brokers of the first readers' tickets are told "<name>" on their
 -- channels and try (share.lua lets them in in the queue's order). With no
 -- ticket, the name is published if anyone waits (:waiters).
@@ -107,7 +109,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     redis.call('DEL', KEYS[11])
     if b == ARGV[7] then return {1, f, n, tok} end
     redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..
-      ms(f) .. ' ' .. tok)
+      ms(f) .. ' ' .. tok .. ' ' .. ttl)
     return {1, f, 0}
   end
 end

@@ -259,7 +259,7 @@ class Scripts(BrokerTest):
         sub("SUBSCRIBE", "lockbroker:to:" + OTHER)
         self.assertEqual(self.release("q", "a", f(2)), [1, f(3), 0])
         self.assertEqual(sub._read(), ["message", "lockbroker:to:" + OTHER,
-                                       "q 1 %d b" % f(3)])
+                                       "q 1 %d b 300" % f(3)])
         self.assertLessEqual(self.r("PTTL", "lockbroker:{q}"), 300)
         self.assertEqual(self.r("ZCARD", q), 0)
         # The hand-over's lease ran out unconfirmed: the name is free, and

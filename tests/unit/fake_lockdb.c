@@ -349,14 +349,15 @@ fake_news(enum lockdb_news_kind kind, const char *name, uint64_t fence)
 }
 
 void
-fake_handed(
-    const char *name, uint64_t ticket, uint64_t fence, const char *token)
+fake_handed(const char *name, uint64_t ticket, uint64_t fence,
+    const char *token, uint64_t ttl_ms)
 {
 	struct lockdb_news n = { .kind = LDB_NEWS_HANDED,
 		.name = name,
 		.fence = fence,
 		.ticket = ticket,
-		.token = token };
+		.token = token,
+		.ttl_ms = ttl_ms };
 
 	if (fake.news != NULL)
 		fake.news(&n);

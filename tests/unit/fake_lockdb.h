@@ -85,9 +85,10 @@ unsigned fake_drop(void);
 
 /* The release channel says kind about name (NULL for MISSED). */
 void fake_news(enum lockdb_news_kind kind, const char *name, uint64_t fence);
-/* Another broker's release handed name to our ticket, as fence. */
-void fake_handed(
-    const char *name, uint64_t ticket, uint64_t fence, const char *token);
+/* Another broker's release handed name to our ticket, as fence, for
+ * ttl_ms (0: a message that does not say, an older broker's). */
+void fake_handed(const char *name, uint64_t ticket, uint64_t fence,
+    const char *token, uint64_t ttl_ms);
 /* The command connection was (re)made. */
 void fake_connect(void);
 /* incarnation.lua answered (lockdb_on_incarnation's callback). */

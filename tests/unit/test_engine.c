@@ -729,9 +729,10 @@ START_TEST(test_handed_while_trying)
 }
 END_TEST
 
-/* Another broker's release handed our ticket the name: the waiter counts
- * it only once it confirmed it (EXTEND with that fence to its own TTL);
- * not confirmed, it queues again. */
+/* Another broker's release handed our ticket the name, its message not
+ * saying for how long (an older broker's): the waiter counts it only once
+ * it confirmed it (EXTEND with that fence to its own TTL); not confirmed,
+ * it queues again. */
 static const struct {
 	bool trying; /* its own try is in Redis when the news comes */
 	enum lockdb_status confirm;
@@ -756,7 +757,7 @@ START_TEST(test_handed_by_other_broker)
 	snprintf(tok2, sizeof tok2, "%s", c->ask.token);
 	if (!handeds[_i].trying)
 		fake_refuse(c, 100000, 1);
-	fake_handed("a", 2, 7, tok2);
+	fake_handed("a", 2, 7, tok2, 0);
 	if (handeds[_i].trying) {
 		ck_assert_uint_eq(fake_count(), 1); /* its try decides first */
 		fake_refuse(c, 100000, 1);
@@ -778,6 +779,80 @@ START_TEST(test_handed_by_other_broker)
 }
 END_TEST
 
+/*
+ * Another broker's hand-over for ttl ms, the waiter's first try with its
+ * ticket sent age ms before: with more than half of the lease ahead (and
+ * no replicas to wait for) the waiter is answered at once, trusts the
+ * hold until the lease's end counted from that try, and confirms it
+ * meanwhile; the confirmation's answer lengthens the hold to its own TTL,
+ * or loses it. Else it is confirmed first, as an older broker's is.
+ */
+static const struct {
+	uint64_t ttl, age;
+	int replicas;
+	bool early;
+	enum lockdb_status confirm;
+	const char *then; /* told after the confirmation's answer */
+} earlies[] = {
+	{ 1000, 0, 0, true, LDB_OK, "" },
+	{ 1000, 0, 0, true, LDB_NO, "2 LOST a 7 stolen" },
+	{ 1000, 0, 0, true, LDB_UNAVAILABLE, "" },
+	{ 100, 60, 0, false, LDB_OK, "2 OK fence=7 ttl=10000" },
+	{ 1000, 0, 1, false, LDB_NO, "" },
+};
+
+START_TEST(test_handed_early)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+	char tok2[PROTO_TOKEN_MAX + 1];
+	uint64_t t0;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	hold(1, "b", &a, 1); /* ticket 1 */
+	cf.redis.wait_replicas = earlies[_i].replicas;
+	t0 = mono_ms();
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	snprintf(tok2, sizeof tok2, "%s", c->ask.token);
+	fake_refuse(c, 100000, 1);
+	if (earlies[_i].age > 0)
+		run_ms((unsigned)earlies[_i].age);
+	fake_handed("a", 2, 7, tok2, earlies[_i].ttl);
+	c = expect(FAKE_EXTEND, "a");
+	ck_assert_uint_eq(fake_count(), 1);
+	ck_assert_uint_eq(c->fence, 7);
+	ck_assert_uint_eq(c->ttl_ms, 10000);
+	if (!earlies[_i].early) {
+		ck_assert_str_eq(told_take(), "");
+		fake_reply(c, earlies[_i].confirm);
+		ck_assert_str_eq(told_take(), earlies[_i].then);
+		return;
+	}
+	ck_assert_str_eq(told_take(), "2 OK fence=7 ttl=10000");
+	/* Trusted until the hand-over's lease ends, from the first try. */
+	ck_assert_uint_le(ttl_left(2, "a") + (mono_ms() - t0), earlies[_i].ttl);
+	ck_assert_uint_gt(ttl_left(2, "a"), earlies[_i].ttl / 2);
+	fake_reply(c, earlies[_i].confirm);
+	ck_assert_str_eq(told_take(), earlies[_i].then);
+	switch (earlies[_i].confirm) {
+	case LDB_OK:
+		ck_assert_uint_gt(ttl_left(2, "a"), earlies[_i].ttl);
+		break;
+	case LDB_NO:
+		ck_assert_ptr_null(hold_of(2, "a"));
+		break;
+	default:
+		/* No answer that counts: lost when the hand-over's lease
+		 * ends. */
+		ck_assert_uint_le(ttl_left(2, "a"), earlies[_i].ttl);
+		ck_assert(wait_told(1));
+		ck_assert_str_eq(told_take(), "2 LOST a 7 unavailable");
+		break;
+	}
+}
+END_TEST
+
 /* A hand-over to a ticket nobody here has (the waiter left, or another
  * token): given back at once, which hands it on. A waiter that leaves
  * gives its place in Redis up. */
@@ -792,7 +867,7 @@ START_TEST(test_handed_to_nobody)
 	c = expect(FAKE_CANCEL, "a");
 	ck_assert_uint_eq(c->ticket, 1);
 	fake_reply(c, LDB_OK);
-	fake_handed("a", 1, 7, "tokX");
+	fake_handed("a", 1, 7, "tokX", 0);
 	c = expect(FAKE_RELEASE, "a");
 	ck_assert_str_eq(c->token, "tokX");
 	ck_assert_uint_eq(c->fence, 7);
@@ -911,7 +986,7 @@ START_TEST(test_handed_then_gone)
 	ck_assert_int_eq(acquire(1, "a", &a), 0);
 	c = expect(FAKE_ACQUIRE, "a");
 	snprintf(tok, sizeof tok, "%s", c->ask.token);
-	fake_handed("a", 1, 7, tok);
+	fake_handed("a", 1, 7, tok, 0);
 	ck_assert_uint_eq(fake_count(), 1);
 	lock_owner_gone(O(1), false);
 	c = fake_pending(1);
@@ -960,7 +1035,7 @@ START_TEST(test_handed_late)
 	/* The same for another broker's hand-over, confirmed too late. */
 	fake_reply(expect(FAKE_RELEASE, "a"), LDB_OK);
 	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
-	fake_handed("a", 2, 3, tok2);
+	fake_handed("a", 2, 3, tok2, 0);
 	c = expect(FAKE_EXTEND, "a");
 	ck_assert_uint_eq(c->ttl_ms, 20);
 	run_ms(30);
@@ -2589,6 +2664,7 @@ engine_suite(void)
 	LOOP(test_release_answers, releases);
 	tcase_add_test(tc, test_handed_while_trying);
 	LOOP(test_handed_by_other_broker, handeds);
+	LOOP(test_handed_early, earlies);
 	tcase_add_test(tc, test_handed_to_nobody);
 	LOOP(test_take_answers, takes);
 	tcase_add_test(tc, test_missed_retakes);
