@@ -14,11 +14,11 @@
 
 #include <event2/event.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
 
 #include "config.h"
 #include "log.h"
 #include "redisc.h"
+#include "redisc_ev.h"
 #include "resp.h"
 #include "stats.h"
 #include "util.h"
@@ -663,7 +663,7 @@ redisc_conn_open(struct redisc_conn *conn)
 	conn->ac->data = conn;
 	conn->connected = false;
 	conn->setup_left = 0;
-	redisLibeventAttach(conn->ac, rc.base);
+	redisc_ev_attach(conn->ac, rc.base);
 	redisAsyncSetConnectCallback(conn->ac, redisc_connect_cb);
 	redisAsyncSetDisconnectCallback(conn->ac, redisc_disconnect_cb);
 	conn->setup(conn->ac);
