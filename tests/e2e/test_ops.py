@@ -43,6 +43,25 @@ class Stop(BrokerTest):
         self.assertLess(took, 1.0 + 0.5)  # command_timeout_ms + margin
 
 
+    def test_sigterm_again_while_it_stops_still_exits_0(self):
+        """systemd or an impatient operator may send SIGTERM again: the
+        stop goes on, and its exit status stays 0 (the teardown that
+        frees the signal events must not die by the next one)."""
+        holders = [self.client() for _ in range(50)]
+        for i, c in enumerate(holders):
+            self.assertRegex(c.cmd("ACQUIRE t%d" % i), r"^OK ")
+        p = self.broker.proc
+        p.send_signal(signal.SIGTERM)
+        while p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            time.sleep(0.0002)
+        self.assertEqual(p.wait(), 0)
+        self.assertIn("stopped", self.broker.logtext())
+
+
 class Reload(BrokerTest):
 
     def test_reload_applies_reloadable_keys(self):
