@@ -475,6 +475,7 @@ cmd_locks(struct session *s, int argc, char **argv)
 	const struct lock_hold *h;
 	uint64_t now = mono_ms();
 
+	lock_owner_settle(&s->owner); /* what ran out is told, not listed */
 	for (h = lock_owner_hold(&s->owner, NULL); h != NULL;
 	     h = lock_owner_hold(&s->owner, h))
 		evbuffer_add_printf(s->out,

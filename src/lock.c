@@ -573,6 +573,12 @@ lock_hold_name(const struct lock_hold *h)
 	return h->ln->name;
 }
 
+void
+lock_owner_settle(struct lock_owner *o)
+{
+	lockhold_settle(o);
+}
+
 const struct lock_hold *
 lock_owner_hold(const struct lock_owner *o, const struct lock_hold *prev)
 {

@@ -160,6 +160,10 @@ const char *lock_kind_name(enum lock_kind kind);
 /* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
 const char *lock_mode_name(enum lock_mode mode, unsigned limit);
 const char *lock_hold_name(const struct lock_hold *h);
+/* o's holds whose validity has passed are lost now (EVENT LOST), as their
+ * timers would have: after a pause those run a loop turn late, and a
+ * command that reads the holds (LOCKS) must not count one. */
+void lock_owner_settle(struct lock_owner *o);
 /* o's holds in grant order: the first after prev (NULL: the first). */
 const struct lock_hold *lock_owner_hold(
     const struct lock_owner *o, const struct lock_hold *prev);

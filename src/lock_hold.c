@@ -242,6 +242,26 @@ lockhold_expire_cb(evutil_socket_t fd, short what, void *arg)
 	    h, h->kind == LOCK_SESSION ? LOST_UNAVAILABLE : LOST_EXPIRED);
 }
 
+/*
+ * o's holds whose validity has passed are lost now, as their expiry timers
+ * would have: after a pause of the broker those run a loop turn late, and
+ * a command read meanwhile must not count such a hold. A loss may change
+ * the list (it lets the queue try), so each one starts the walk again.
+ */
+void
+lockhold_settle(struct lock_owner *o)
+{
+	uint64_t now = mono_ms();
+	struct lock_hold *h;
+
+again:
+	TAILQ_FOREACH (h, &o->holds, owner_entry)
+		if (h->valid_until_ms <= now) {
+			lockhold_expire_cb(-1, 0, h);
+			goto again;
+		}
+}
+
 static void
 lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
 {

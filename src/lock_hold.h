@@ -47,6 +47,8 @@ void lockhold_lease(const struct lock_req *req, uint64_t fence);
 /* h was granted on another broker's hand-over before confirming it: it
  * trusts it no further than until_ms, and confirms it now. */
 void lockhold_handed(struct lock_hold *h, uint64_t until_ms);
+/* o's holds past their validity are lost now, as their timers would. */
+void lockhold_settle(struct lock_owner *o);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);

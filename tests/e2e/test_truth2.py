@@ -146,6 +146,30 @@ class CrossBrokerExpiry(TruthBase):
         self.assertIsNotNone(self.redis("GET", KEY % "x"))
 
 
+class PausedBroker(TruthBase):
+
+    def test_locks_after_a_pause_does_not_list_an_expired_hold(self):
+        """The broker itself paused (SIGSTOP, a VM stall) past a hold's
+        validity while LOCKS waited in its socket: when it runs again the
+        request may be read before the expiry timer runs, and must still
+        not list the hold; EVENT LOST comes first."""
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE p TTL 300"), r"^OK ")
+        self.assertRegex(c.cmd("ACQUIRE q TTL 60000"), r"^OK ")
+        self.broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(0.5)
+            c.send("LOCKS")
+            time.sleep(0.05)
+        finally:
+            self.broker.proc.send_signal(signal.SIGCONT)
+        end, before = read_until(c, r"^END$", 5 * SLOW)
+        self.assertIsNotNone(end, before)
+        self.assertRegex(before[0], r"^EVENT LOST p \d+ expired$")
+        self.assertEqual([l.split()[1] for l in before
+                          if l.startswith("LOCK ")], ["q"])
+
+
 class StopWithManyWaiters(TruthBase):
     conf = {"limits": {"max_clients": 2000}}
 

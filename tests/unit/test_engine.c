@@ -1383,6 +1383,27 @@ START_TEST(test_ttl_expired)
 }
 END_TEST
 
+/* A hold past its validity whose timer has not run yet (the broker was
+ * paused, the loop is a turn late) is lost when its owner's holds are
+ * read (LOCKS), before they are listed; one still valid stays. */
+START_TEST(test_settle_before_reading)
+{
+	struct lock_acquire_args a = args(50, -1), b = args(10000, -1);
+	struct timespec pause = { 0, 60 * 1000 * 1000 };
+
+	hold(1, "a", &a, 3);
+	hold(1, "b", &b, 4);
+	nanosleep(&pause, NULL); /* no loop turn: no timer has run */
+	ck_assert_ptr_nonnull(hold_of(1, "a"));
+	lock_owner_settle(O(1));
+	ck_assert_str_eq(told_take(), "1 LOST a 3 expired");
+	ck_assert_ptr_null(hold_of(1, "a"));
+	ck_assert_ptr_nonnull(hold_of(1, "b"));
+	ck_assert_ptr_eq(lock_owner_hold(O(1), NULL), hold_of(1, "b"));
+	ck_assert_uint_eq(expect(FAKE_RELEASE, "a")->fence, 3);
+}
+END_TEST
+
 /* max_hold_ms ends any lock: EVENT LOST maxhold, then the lock delay
  * applies as for a vanished client. */
 static const struct {
@@ -2683,6 +2704,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_renewal_unavailable);
 	tcase_add_test(tc, test_renewal_skipped_while_regrant);
 	tcase_add_test(tc, test_ttl_expired);
+	tcase_add_test(tc, test_settle_before_reading);
 	LOOP(test_maxhold, maxholds);
 	tcase_add_test(tc, test_late_grant_try_once);
 	tcase_add_test(tc, test_late_grant_waiter);
