@@ -53,7 +53,7 @@
 
 -- include fence.lua
 -- include gate.lua
-local closed = gate(KEYS[10], ARGV[13], ARGV[14])
+local closed, clock = gate(KEYS[10], ARGV[13], ARGV[14])
 if closed and closed[1] == -1 then return closed end
 if closed and ARGV[10] == '' then return closed end
 if ARGV[6] ~= '0' then
@@ -63,7 +63,7 @@ end
 local val = ARGV[1] .. ' ' .. ARGV[4]
 if not closed and redis.call('EXISTS', KEYS[3]) == 0 and
     redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
-  local f = next_fence(KEYS[2])
+  local f = next_fence(KEYS[2], clock)
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f

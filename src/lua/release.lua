@@ -42,13 +42,18 @@
 
 -- include holds.lua
 local fs, by -- the grant's fence, and the broker its entry names
+-- Whether fill, the queue or waiters may exist: an exclusive holder's
+-- release asks for the three at once (a plain one finds none, and needs
+-- no more), then for each only if one does.
+local marks = true
 if holds then
   fs = redis.call('GET', KEYS[5]) or '0'
   if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
   by = string.match(v, '^%S+ %S+ (%S+)')
   if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('DEL', KEYS[1])
-  if ARGV[4] == '2' or (ARGV[4] == '1' and
+  marks = redis.call('EXISTS', KEYS[6], KEYS[8], KEYS[2]) > 0
+  if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
       redis.call('EXISTS', KEYS[6]) == 1) then
     redis.call('SET', KEYS[7], fs, 'PX', ARGV[5])
   end
@@ -76,7 +81,7 @@ if by ~= ARGV[7] then
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs .. ' ' ..
     ARGV[7])
 end
-if redis.call('EXISTS', KEYS[8]) == 1 then
+if marks and redis.call('EXISTS', KEYS[8]) == 1 then
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
@@ -113,7 +118,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     return {1, f, 0}
   end
 end
-if by == ARGV[7] and redis.call('EXISTS', KEYS[2]) == 1 then
+if by == ARGV[7] and marks and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return {1}

@@ -10,9 +10,11 @@
 -- grant may still be compared with it: keep_fence makes it live a day past
 -- the lease just set (an exclusive holder's release, renewal and VALIDATE
 -- read it), so the names nobody uses any more leave nothing in Redis; a
--- counter gone gives the clock's fence, above it by then.
-local function next_fence(k)
-  local t = redis.call('TIME')
+-- counter gone gives the clock's fence, above it by then. t: a TIME this
+-- script read already (the clock only has to be read in the same script
+-- as the INCR), or nil.
+local function next_fence(k, t)
+  t = t or redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local f = redis.pcall('INCR', k)
   if type(f) ~= 'number' then return f end

@@ -6,7 +6,8 @@
 -- over. gate(k, inc, rid) is nil when it is open, else the reply to give:
 -- {-1, 0} when the marker is gone or names another incarnation or Redis
 -- (the broker asks incarnation.lua), {-2, ms} while the grace period has
--- ms left.
+-- ms left; with nil, the TIME it read (next_fence may use it: a grant in
+-- the same script comes after it).
 local function gate(k, inc, rid)
   local m = redis.call('HMGET', k, 'id', 'grace', 'runid')
   if m[1] ~= inc or (rid ~= '' and m[3] ~= rid) then return {-1, 0} end
@@ -14,5 +15,5 @@ local function gate(k, inc, rid)
   local left = tonumber(m[2] or '0') -
     (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if left > 0 then return {-2, left} end
-  return nil
+  return nil, t
 end
