@@ -655,16 +655,20 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
  * before it is confirmed: Redis made it after req's first try with its
  * ticket, so it lasts at least ttl_ms from sending that try. With more
  * than half of that ahead (and no replicas to wait for), req is granted
- * now, trusted until then, and confirms meanwhile (lockhold_handed).
+ * now, trusted until then (the end returned; 0: confirm first), and
+ * confirms meanwhile (lockhold_handed).
  */
-static bool
+static uint64_t
 lockq_handed_early(const struct lock_req *req, uint64_t ttl_ms)
 {
+	uint64_t end;
+
 	if (ttl_ms == 0 || req->ticket_ms == 0 || req->owner == NULL ||
 	    q.cf->redis.wait_replicas > 0)
-		return false;
-	return util_validity_end(req->ticket_ms, ttl_ms,
-		   q.cf->locks.clock_drift) > mono_ms() + ttl_ms / 2;
+		return 0;
+	end =
+	    util_validity_end(req->ticket_ms, ttl_ms, q.cf->locks.clock_drift);
+	return end > mono_ms() + ttl_ms / 2 ? end : 0;
 }
 
 /*
@@ -681,7 +685,7 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 	struct lock_req *req = NULL;
 	struct lock_owner *o;
 	struct lock_hold *h;
-	uint64_t until;
+	uint64_t until = 0;
 
 	if (ln != NULL)
 		TAILQ_FOREACH (req, &ln->waiters, queue_entry)
@@ -709,7 +713,7 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 			req->handed = fence;
 		return;
 	}
-	if (sent_ms == 0 && !lockq_handed_early(req, ttl_ms)) {
+	if (sent_ms == 0 && (until = lockq_handed_early(req, ttl_ms)) == 0) {
 		req->handed = fence;
 		lockq_confirm(req);
 		return;
@@ -717,12 +721,10 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 	lockname_pin(ln);
 	lockreq_send(req);
 	req->start_ms = sent_ms != 0 ? sent_ms : req->ticket_ms;
-	until =
-	    util_validity_end(req->ticket_ms, ttl_ms, q.cf->locks.clock_drift);
 	o = req->owner;
 	lockq_side_cb(
 	    &(struct lockdb_reply){ .status = LDB_OK, .fence = fence }, req);
-	if (sent_ms == 0 && (h = lockhold_find(o, name)) != NULL &&
+	if (until != 0 && (h = lockhold_find(o, name)) != NULL &&
 	    h->fence == fence)
 		lockhold_handed(h, until);
 	lockname_unref(ln);
