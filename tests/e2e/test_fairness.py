@@ -34,9 +34,14 @@ class Fairness(BrokerTest):
                                    for i in range(1, 4)]
         clients = [(i, self.client(brokers[i % 4])) for i in range(32)]
         grants, lock = [], threading.Lock()
+        # Every client asks first at the same moment: a client whose
+        # thread started first must not take turns alone while the
+        # others' threads are still starting (a slow sanitized build).
+        start = threading.Barrier(len(clients))
         stop = time.monotonic() + 3.0 * SLOW
 
         def run(i, c):
+            start.wait(30)
             while time.monotonic() < stop:
                 c.send("ACQUIRE hot")
                 sent = time.monotonic()  # once it is on its way
