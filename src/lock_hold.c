@@ -436,7 +436,8 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	if (h->fence != fence)
 		h->lease_seq = req->lease_seq; /* a new grant: req's lease */
 	h->fence = fence;
-	snprintf(h->token, sizeof h->token, "%s", req->token);
+	_Static_assert(sizeof h->token == sizeof req->token, "token sizes");
+	memcpy(h->token, req->token, sizeof h->token);
 	lockhold_lease(req, fence);
 	lockhold_same_grant(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {

@@ -34,12 +34,15 @@ lockreq_new(
 	req->op = op;
 	req->owner = o;
 	req->ln = lockname_ref(name);
-	if (token != NULL)
-		snprintf(req->token, sizeof req->token, "%s", token);
+	if (token != NULL) {
+		char *p = req->token;
+
+		util_cat(&p, req->token + sizeof req->token, token);
+	}
 	if (o != NULL)
 		o->pending = req;
-	req->start_ms = mono_ms();
 	req->created_us = mono_us();
+	req->start_ms = req->created_us / 1000;
 	return req;
 }
 
@@ -205,9 +208,17 @@ static void
 lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
     uint64_t since_ms, char *info, size_t len)
 {
-	snprintf(info, len, "%s %s %" PRIu64 "@%s %" PRIu64,
-	    lock_mode_name(mode, limit), broker, o != NULL ? o->id : 0,
-	    o != NULL && o->peer != NULL ? o->peer : "-", since_ms);
+	char *p = info, *end = info + len;
+
+	util_cat(&p, end, lock_mode_name(mode, limit));
+	util_cat(&p, end, " ");
+	util_cat(&p, end, broker);
+	util_cat(&p, end, " ");
+	util_cat_u64(&p, end, o != NULL ? o->id : 0);
+	util_cat(&p, end, "@");
+	util_cat(&p, end, o != NULL && o->peer != NULL ? o->peer : "-");
+	util_cat(&p, end, " ");
+	util_cat_u64(&p, end, since_ms);
 }
 
 void

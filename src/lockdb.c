@@ -614,6 +614,7 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
 	const char *argv[30]; /* redisc's most, less the key count */
 	size_t lens[30], base, slen;
 	const char *suffix;
+	char *p = key[0], *end = key[0] + sizeof key[0];
 
 	if (nkeys > 12 || nkeys + nargs > 30)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
@@ -621,13 +622,18 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
 
 	/* "<prefix>{<name>}" once (redis.prefix is at most 64 bytes, a
 	 * name 200), then each key is it and a suffix. */
-	base =
-	    (size_t)snprintf(key[0], sizeof key[0], "%s{%s}", ldb.prefix, name);
+	util_cat(&p, end, ldb.prefix);
+	util_cat(&p, end, "{");
+	util_cat(&p, end, name);
+	util_cat(&p, end, "}");
+	base = (size_t)(p - key[0]);
 	for (int i = 0; i < nkeys; i++) {
 		suffix = script->keys[i];
 		if (suffix[0] == '/') { /* "<prefix><word>": not a name's */
-			lens[n] = (size_t)snprintf(key[i], sizeof key[i],
-			    "%s%s", ldb.prefix, suffix + 1);
+			p = key[i];
+			util_cat(&p, key[i] + sizeof key[i], ldb.prefix);
+			util_cat(&p, key[i] + sizeof key[i], suffix + 1);
+			lens[n] = (size_t)(p - key[i]);
 			argv[n++] = key[i];
 			continue;
 		}
@@ -649,22 +655,26 @@ void
 lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
-	char ttl[24], mark[24], n[16], watch[24], mode[24], least[24];
-	char ticket[sizeof ldb.mine];
+	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], n[UTIL_U64_LEN];
+	char watch[UTIL_U64_LEN], mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
+	char ticket[sizeof ldb.mine], *p = ticket;
 	const char *args[14] = { a->token, ttl, mark, a->info, mode, n,
 		a->clear_writer ? "1" : "0", ldb.channel, name, ticket, least,
 		ldb.live, ldb.inc, ldb.runid };
 
-	snprintf(ttl, sizeof ttl, "%" PRIu64, a->ttl_ms);
-	snprintf(mark, sizeof mark, "%" PRIu64, a->mark_ms);
+	/* No printf on the request path (issue 16): util_u64str. */
+	util_u64str(ttl, a->ttl_ms);
+	util_u64str(mark, a->mark_ms);
 	ticket[0] = '\0';
-	if (a->ticket != 0)
-		snprintf(ticket, sizeof ticket, "%s#%" PRIu64, ldb.broker,
-		    a->ticket);
-	snprintf(least, sizeof least, "%" PRIu64, a->least);
+	if (a->ticket != 0) {
+		util_cat(&p, ticket + sizeof ticket, ldb.broker);
+		util_cat(&p, ticket + sizeof ticket, "#");
+		util_cat_u64(&p, ticket + sizeof ticket, a->ticket);
+	}
+	util_u64str(least, a->least);
 	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL) {
-		snprintf(mode, sizeof mode, "%d", a->mode == LDB_FILL);
-		snprintf(watch, sizeof watch, "%" PRIu64, a->watch);
+		args[4] = a->mode == LDB_FILL ? "1" : "0";
+		util_u64str(watch, a->watch);
 		args[5] = watch;
 		/* An exclusive ACQUIRE never reaches :done and :fill. */
 		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire,
@@ -672,11 +682,14 @@ lockdb_acquire(
 		    14, args, cb, arg);
 		return;
 	}
-	if (a->mode == LDB_SHARED)
-		snprintf(mode, sizeof mode, "SHARED");
-	else
-		snprintf(mode, sizeof mode, "LIMIT=%u", a->limit);
-	snprintf(n, sizeof n, "%u",
+	p = mode;
+	if (a->mode == LDB_SHARED) {
+		util_cat(&p, mode + sizeof mode, "SHARED");
+	} else {
+		util_cat(&p, mode + sizeof mode, "LIMIT=");
+		util_cat_u64(&p, mode + sizeof mode, a->limit);
+	}
+	util_u64str(n,
 	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
 								  : 0);
 	args[6] = ldb.channel;
@@ -695,12 +708,12 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
     enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg)
 {
 	static const char *const marks[] = { "0", "1", "2" };
-	char ms[24], f[24];
+	char ms[UTIL_U64_LEN], f[UTIL_U64_LEN];
 	const char *args[12] = { token, ldb.channel, name, marks[done], ms, f,
 		ldb.broker, ldb.handoff, ldb.to, ldb.live, ldb.inc, ldb.runid };
 
-	snprintf(ms, sizeof ms, "%" PRIu64, done_ms > 0 ? done_ms : 1);
-	snprintf(f, sizeof f, "%" PRIu64, fence);
+	util_u64str(ms, done_ms > 0 ? done_ms : 1);
+	util_u64str(f, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,

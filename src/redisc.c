@@ -41,7 +41,18 @@ struct redisc_req {
 	int argc;     /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;  /* into this same allocation, after the struct */
 	size_t *lens; /* likewise */
+	bool pooled;  /* REDISC_REQ_POOLED bytes, kept for reuse when freed */
+	struct redisc_req *pool_next;
 };
+
+/*
+ * A request and its arguments are one allocation of about 1 KiB, in
+ * glibc's large bins (each malloc of one consolidates the small free
+ * chunks). Those up to REDISC_REQ_POOLED bytes come from a free list of
+ * at most REDISC_POOL_MAX: no allocation per request in steady state.
+ */
+#define REDISC_REQ_POOLED 2048
+#define REDISC_POOL_MAX 256
 
 /* One hiredis connection with its own reconnect and connect timers. */
 struct redisc_conn {
@@ -76,6 +87,8 @@ static struct {
 	struct event *timeout_ev;
 	uint64_t cmd_last_reply_ms; /* or when it connected */
 	TAILQ_HEAD(, redisc_req) inflight;
+	struct redisc_req *pool; /* freed requests to reuse */
+	int npool;
 	struct redisc_script *scripts[REDISC_MAX_SCRIPTS];
 	int nscripts;
 } rc;
@@ -104,6 +117,12 @@ redisc_idle(void)
 static void
 redisc_req_free(struct redisc_req *req)
 {
+	if (req->pooled && !rc.stopping && rc.npool < REDISC_POOL_MAX) {
+		req->pool_next = rc.pool;
+		rc.pool = req;
+		rc.npool++;
+		return;
+	}
 	free(req);
 }
 
@@ -228,8 +247,10 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	const redisReply *reply = r;
 
 	if (reply != NULL) {
-		rc.cmd_last_reply_ms = mono_ms();
-		stats_observe(HIST_redis_rtt_seconds, mono_us() - req->sent_us);
+		uint64_t now = mono_us();
+
+		rc.cmd_last_reply_ms = now / 1000;
+		stats_observe(HIST_redis_rtt_seconds, now - req->sent_us);
 	}
 	if (req->answered) {
 		redisc_req_free(req);
@@ -289,9 +310,19 @@ redisc_req_new(int n, const char *const *args, const size_t *lens,
 
 	for (int i = 0; i < n; i++)
 		bytes += lens[i] + 1;
-	req = xcalloc(1,
-	    sizeof *req + argc * (sizeof *req->argv + sizeof *req->lens) +
-		bytes);
+	bytes += sizeof *req + argc * (sizeof *req->argv + sizeof *req->lens);
+	if (bytes > REDISC_REQ_POOLED) {
+		req = xcalloc(1, bytes);
+	} else if (rc.pool != NULL) {
+		req = rc.pool;
+		rc.pool = req->pool_next;
+		rc.npool--;
+		memset(req, 0, sizeof *req);
+		req->pooled = true;
+	} else {
+		req = xcalloc(1, REDISC_REQ_POOLED);
+		req->pooled = true;
+	}
 	req->cb = cb;
 	req->arg = arg;
 	req->argc = (int)argc;
@@ -323,14 +354,13 @@ redisc_eval(struct redisc_script *script, int nkeys, int n,
 {
 	const char *argv[REDISC_MAX_ARGS];
 	size_t alens[REDISC_MAX_ARGS];
-	char nk[16];
+	char nk[UTIL_U64_LEN];
 	struct redisc_req *req;
 
 	if (n + 1 > REDISC_MAX_ARGS)
 		fatalx("redisc_eval: too many arguments");
-	snprintf(nk, sizeof nk, "%d", nkeys);
 	argv[0] = nk;
-	alens[0] = strlen(nk);
+	alens[0] = util_u64str(nk, (uint64_t)nkeys);
 	for (int i = 0; i < n; i++) {
 		argv[i + 1] = args[i];
 		alens[i + 1] = lens[i];
@@ -344,8 +374,9 @@ redisc_eval(struct redisc_script *script, int nkeys, int n,
 static void
 redisc_submit(struct redisc_req *req)
 {
-	req->deadline_ms = mono_ms() + (uint64_t)rc.cf->command_timeout_ms;
 	req->sent_us = mono_us();
+	req->deadline_ms =
+	    req->sent_us / 1000 + (uint64_t)rc.cf->command_timeout_ms;
 	TAILQ_INSERT_TAIL(&rc.inflight, req, entry);
 	if (redisc_send(req, true) != 0) {
 		/* Never answered from inside the caller: it may hold state. */
@@ -874,4 +905,11 @@ redisc_stop(void)
 	redisc_conn_close(&rc.sub);
 	redisc_conn_close(&rc.cmd);
 	event_free(rc.timeout_ev);
+	while (rc.pool != NULL) {
+		struct redisc_req *req = rc.pool;
+
+		rc.pool = req->pool_next;
+		free(req);
+	}
+	rc.npool = 0;
 }

@@ -6,24 +6,11 @@
 #include <string.h>
 
 #include "resp.h"
+#include "util.h"
 
-/* Room for "$<20 digits>\r\n" plus the trailing "\r\n". */
+/* Room for "$<20 digits>\r\n" plus the trailing "\r\n" (and the NUL
+ * util_u64str writes, overwritten). */
 #define RESP_HEADER_MAX 32
-
-/* Append v in decimal; returns the new end. */
-static char *
-resp_utoa(char *p, size_t v)
-{
-	char tmp[24];
-	int n = 0;
-
-	do
-		tmp[n++] = (char)('0' + v % 10);
-	while ((v /= 10) > 0);
-	while (n > 0)
-		*p++ = tmp[--n];
-	return p;
-}
 
 size_t
 resp_format(
@@ -34,7 +21,7 @@ resp_format(
 	if (argc < 0 || len < RESP_HEADER_MAX)
 		return 0;
 	*p++ = '*';
-	p = resp_utoa(p, (size_t)argc);
+	p += util_u64str(p, (uint64_t)argc);
 	*p++ = '\r';
 	*p++ = '\n';
 	for (int i = 0; i < argc; i++) {
@@ -42,7 +29,7 @@ resp_format(
 		    (size_t)(end - p) - RESP_HEADER_MAX < lens[i])
 			return 0;
 		*p++ = '$';
-		p = resp_utoa(p, lens[i]);
+		p += util_u64str(p, lens[i]);
 		*p++ = '\r';
 		*p++ = '\n';
 		memcpy(p, argv[i], lens[i]);

@@ -37,6 +37,46 @@ mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+size_t
+util_u64str(char *buf, uint64_t v)
+{
+	size_t n = 1;
+	char *p;
+
+	for (uint64_t t = v; t >= 10; t /= 10)
+		n++;
+	p = buf + n;
+	*p = '\0';
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	return n;
+}
+
+void
+util_cat(char **p, char *end, const char *src)
+{
+	size_t room = (size_t)(end - *p), n = strlen(src);
+
+	if (room == 0)
+		return;
+	if (n > room - 1)
+		n = room - 1;
+	memcpy(*p, src, n);
+	*p += n;
+	**p = '\0';
+}
+
+void
+util_cat_u64(char **p, char *end, uint64_t v)
+{
+	char num[UTIL_U64_LEN];
+
+	util_u64str(num, v);
+	util_cat(p, end, num);
+}
+
 /* getrandom may return short for a large block, or fail with EINTR. */
 static void
 util_random_bytes(void *buf, size_t len)

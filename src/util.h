@@ -18,6 +18,17 @@ uint64_t mono_us(void);
 /* 128 random bits as 32 lowercase hex characters and a NUL (33 bytes). */
 void util_random_token(char out[UTIL_TOKEN_HEXLEN + 1]);
 
+/*
+ * Strings built on the request path without printf: util_u64str writes v
+ * in decimal and a NUL (UTIL_U64_LEN bytes at most) and returns its
+ * length; util_cat copies src after *p, never past end - 1 (the last byte
+ * stays for the NUL it writes), and moves *p past what it copied.
+ */
+#define UTIL_U64_LEN 21
+size_t util_u64str(char *buf, uint64_t v);
+void util_cat(char **p, char *end, const char *src);
+void util_cat_u64(char **p, char *end, uint64_t v);
+
 /* A random integer in [lo, hi], for jitter. */
 uint64_t util_random_range(uint64_t lo, uint64_t hi);
 

@@ -225,6 +225,42 @@ START_TEST(test_resp_format_binary)
 }
 END_TEST
 
+/* util_u64str and util_cat: the request path's printf-free strings. */
+START_TEST(test_u64str_and_cat)
+{
+	static const struct {
+		uint64_t v;
+		const char *want;
+	} nums[] = { { 0, "0" }, { 7, "7" }, { 10, "10" },
+		{ 1795603425813984, "1795603425813984" },
+		{ UINT64_MAX, "18446744073709551615" } };
+	char buf[UTIL_U64_LEN], small[8], *p;
+
+	for (size_t i = 0; i < nitems(nums); i++) {
+		memset(buf, 'x', sizeof buf);
+		ck_assert_uint_eq(
+		    util_u64str(buf, nums[i].v), strlen(nums[i].want));
+		ck_assert_str_eq(buf, nums[i].want);
+	}
+	p = buf;
+	util_cat(&p, buf + sizeof buf, "OK ");
+	util_cat_u64(&p, buf + sizeof buf, 42);
+	util_cat(&p, buf + sizeof buf, "");
+	ck_assert_str_eq(buf, "OK 42");
+	ck_assert_ptr_eq(p, buf + 5);
+	/* Never past the end: what does not fit is cut, and NUL-ended. */
+	memset(small, 'x', sizeof small);
+	p = small;
+	util_cat(&p, small + sizeof small, "abcd");
+	util_cat_u64(&p, small + sizeof small, 123456);
+	ck_assert_str_eq(small, "abcd123");
+	ck_assert_ptr_eq(p, small + 7);
+	util_cat(&p, small + sizeof small, "more");
+	ck_assert_str_eq(small, "abcd123");
+	ck_assert_ptr_eq(p, small + 7);
+}
+END_TEST
+
 START_TEST(test_validity_end)
 {
 	/* start + ttl * (1 - drift) - 2 ms */
@@ -323,6 +359,7 @@ proto_suite(void)
 	tcase_add_test(tc, test_random_tokens_distinct);
 	tcase_add_loop_test(tc, test_resp_format, 0, nitems(resp_cases));
 	tcase_add_test(tc, test_resp_format_binary);
+	tcase_add_test(tc, test_u64str_and_cat);
 	tcase_add_test(tc, test_validity_end);
 	tcase_add_test(tc, test_random_range);
 	tcase_add_test(tc, test_secret_equal);
