@@ -3,7 +3,7 @@
 -- SET NX PX and the next fence (lib/fence.lua) in one script, so a grant
 -- and its fence can never be split, and two grants can never share a
 -- fence. The holder's fence is the counter's value: nothing moves it
--- while the key exists. A counter that is not an integer fails the INCR:
+-- while the key exists. A counter that is not an integer fails next_fence:
 -- the SET is undone, so no grant is left that nobody was told of. The key's value is
 -- the token and the holder's WHO entry (info); shared holders keep the key
 -- at "=shared", so while nobody queues (no queue key) the SET NX of a free
@@ -49,7 +49,7 @@
 -- Returns {1, fence}; {0, ms to look again (-1: none known), holder's
 --   fence, marked, n: the queue's first ticket "<broker>#<n>" when it is
 --   another of this broker's (the broker of info), else 0}; {2, done}; {3, n} when the token is a shared holder (n
---   as share.lua's); gate.lua's {-1, 0} or {-2, ms}; or the INCR's error.
+--   as share.lua's); gate.lua's {-1, 0} or {-2, ms}; or next_fence's error.
 
 -- include fence.lua
 -- include gate.lua
@@ -63,12 +63,11 @@ end
 local val = ARGV[1] .. ' ' .. ARGV[4]
 if not closed and redis.call('EXISTS', KEYS[3]) == 0 and
     redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
-  local f = next_fence(KEYS[2], clock)
+  local f = next_fence(KEYS[2], clock, ARGV[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
   end
-  keep_fence(KEYS[2], ARGV[2])
   if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
   return {1, f}
 end
@@ -111,12 +110,11 @@ local function refuse(pt, f, w)
 end
 local function grant()
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  local f = next_fence(KEYS[2])
+  local f = next_fence(KEYS[2], nil, ARGV[2])
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
   end
-  keep_fence(KEYS[2], ARGV[2])
   if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
   qdrop(KEYS[3], KEYS[4], tk)
   return {1, f}

@@ -102,15 +102,14 @@ if marks and redis.call('EXISTS', KEYS[8]) == 1 then
   if tk and not tok then -- no data for it: it cannot be granted
     redis.call('ZREM', KEYS[8], tk)
   end
-  local f = tok and next_fence(KEYS[5])
+  if tok and b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
+    ttl = ARGV[8]
+  end
+  local f = tok and next_fence(KEYS[5], nil, ttl)
   if type(f) == 'number' then
     qdrop(KEYS[8], KEYS[9], tk)
     local n = tonumber(string.match(tk, '#(%d+)$'))
-    if b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
-      ttl = ARGV[8]
-    end
     redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
-    keep_fence(KEYS[5], ttl)
     redis.call('DEL', KEYS[11])
     if b == ARGV[7] then return {1, f, n, tok} end
     redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..

@@ -105,9 +105,8 @@ if ARGV[6] ~= '0' and n + before >= tonumber(ARGV[6]) then
   local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   return refuse(n > 0 and tonumber(low[2]) - now or -1)
 end
-local f = next_fence(KEYS[2])
+local f = next_fence(KEYS[2], nil, ARGV[2])
 if type(f) ~= 'number' then return f end
-keep_fence(KEYS[2], ARGV[2])
 qdrop(KEYS[8], KEYS[9], tk)
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],

@@ -98,6 +98,21 @@ class Scripts(BrokerTest):
         self.assertIsInstance(self.acquire("c", "t"), RuntimeError)
         self.assertIsNone(self.r("GET", "lockbroker:{c}"))
 
+    def test_counter_past_exact_doubles_leaves_nothing(self):
+        """A counter of 2^53 or more would give a fence no longer exact
+        in Lua's numbers (the next could equal it): refused, as a counter
+        that is not an integer is; a negative one is below the clock."""
+        self.r("SET", "lockbroker:{c}:fence", str(2 ** 53))
+        self.assertIsInstance(self.acquire("c", "t"), RuntimeError)
+        self.assertIsNone(self.r("GET", "lockbroker:{c}"))
+        self.assertEqual(self.r("GET", "lockbroker:{c}:fence"), str(2 ** 53))
+        self.r("SET", "lockbroker:{c}:fence", str(2 ** 53 - 2))
+        self.assertEqual(self.acquire("c", "t"), [1, 2 ** 53 - 1])
+        self.r("SET", "lockbroker:{n}:fence", "-7")
+        g = self.acquire("n", "t")
+        self.assertEqual(g[0], 1)
+        self.assertGreater(g[1], 10 ** 15)  # Redis's clock in µs
+
     def test_regrant_through_another_broker(self):
         """A shorter same-token lease through another broker is announced,
         and the entry's broker becomes '*'."""

@@ -5,23 +5,29 @@
 -- clocks of the Redis hosts agree within the grace period that follows
 -- such a loss (docs/operations.md, "When Redis forgets"). 2^53
 -- microseconds is the year 2255: fences stay exact in every language's
--- numbers. Returns the fence, or the INCR's error (a counter that is not
--- an integer), having changed nothing. The counter is only needed while a
--- grant may still be compared with it: keep_fence makes it live a day past
--- the lease just set (an exclusive holder's release, renewal and VALIDATE
--- read it), so the names nobody uses any more leave nothing in Redis; a
--- counter gone gives the clock's fence, above it by then. t: a TIME this
--- script read already (the clock only has to be read in the same script
--- as the INCR), or nil.
-local function next_fence(k, t)
-  t = t or redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local f = redis.pcall('INCR', k)
-  if type(f) ~= 'number' then return f end
-  if f < now then
-    redis.call('SET', k, string.format('%d', now))
-    f = now
+-- numbers, and a counter at or above 2^53 is refused, as one that is not
+-- an integer is. next_fence(k, t, ttl) reads the counter and writes the
+-- fence back with one SET that also keeps it: the counter is only needed
+-- while a grant may still be compared with it, so it lives a day past
+-- the lease ttl (ms) just set (an exclusive holder's release, renewal and
+-- VALIDATE read it; keep_fence does the same for a lease renewed), and the
+-- names nobody uses any more leave nothing in Redis; a counter gone gives
+-- the clock's fence, above it by then. t: a TIME this script read already
+-- (the clock only has to be read in the same script as the counter), or
+-- nil. Returns the fence, or an error reply, having changed nothing.
+local function next_fence(k, t, ttl)
+  local c = redis.pcall('GET', k)
+  if type(c) == 'table' then return c end
+  local n = 0
+  if c then
+    n = string.match(c, '^%-?%d+$') and tonumber(c)
+    if not n or n >= 9007199254740992 then
+      return redis.error_reply('ERR value is not an integer or out of range')
+    end
   end
+  t = t or redis.call('TIME')
+  local f = math.max(n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('SET', k, string.format('%d', f), 'PX', tonumber(ttl) + 86400000)
   return f
 end
 local function keep_fence(k, ttl)
