@@ -1,4 +1,7 @@
-/* util: clock and randomness, kept apart so the unit tests can reach them. */
+/*
+ * util: clock, randomness and decimal strings, kept apart so the unit
+ * tests can reach them.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

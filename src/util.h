@@ -1,4 +1,7 @@
-/* util: the monotonic clock and random tokens. Depends on nothing else. */
+/*
+ * util: the monotonic clock, random tokens and printf-free decimal
+ * strings. Depends on nothing else.
+ */
 #ifndef LB_UTIL_H
 #define LB_UTIL_H
 
