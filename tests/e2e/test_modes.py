@@ -536,6 +536,31 @@ class Fill(ModesBase):
         self.assertRegex(r, r"^OK \d+ 1000 fill-tk$")
         self.assertGreater(fence_of(r), int(m.group(1)))
 
+    def test_fill_waiter_behind_queued_readers_is_told_done(self):
+        """A FILL waiter on a broker where a writer and readers also wait
+        for the name asks Redis along with their tries: when its leader
+        finishes it is told DONE while the writer that got the name still
+        holds it, not after the readers are let in."""
+        lead, w, r, f = (self.client() for _ in range(4))
+        fence = fence_of(lead.cmd("FILL fq"))
+        w.send("ACQUIRE fq WAIT %d" % (30000 * SLOW))
+        wait_for(lambda: waiters(self.broker) == 1)
+        r.send("ACQUIRE fq SHARED WAIT %d" % (30000 * SLOW))
+        wait_for(lambda: waiters(self.broker) == 2)
+        f.send("FILL fq WAIT %d" % (30000 * SLOW))
+        wait_for(lambda: waiters(self.broker) == 3)
+        self.assertEqual(lead.cmd("RELEASE fq"), "OK")  # done, handed on
+        self.assertGreater(fence_of(w.line()), fence)
+        start = time.monotonic()
+        f.sock.settimeout(5 * SLOW)  # it would wait for the writer
+        self.assertEqual(f.line(), "DONE")
+        # Within a few retry intervals (locks.retry_max_ms, 1 s), while
+        # the writer holds the name and the reader still waits.
+        self.assertLess(time.monotonic() - start, 3 * SLOW)
+        self.assertEqual(waiters(self.broker), 1)
+        self.assertEqual(w.cmd("RELEASE fq"), "OK")
+        self.assertRegex(r.line(), OK_RE)
+
     def test_fill_leader_revoked_next_leads(self):
         other = self.second()
         a, b, c = self.client(), self.client(other), self.client()
