@@ -301,8 +301,10 @@ lock_release_cb(const struct lockdb_reply *r, void *arg)
 	    r->status == LDB_NO ? LOST_STOLEN : LOST_REVOKED);
 	if (r->status == LDB_OK) {
 		STAT_INC(releases_total);
-		lockreq_answer_status(req, LOCK_OK);
+		/* The waiter handed the name first: its grant is written out
+		 * first in this loop turn (the releaser's OK can wait). */
 		lock_released(req->ln->name, r, req->start_ms);
+		lockreq_answer_status(req, LOCK_OK);
 	} else if (r->status == LDB_NO)
 		lock_notheld(req);
 	else {

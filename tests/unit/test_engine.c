@@ -600,8 +600,9 @@ START_TEST(test_fifo_tickets)
 		r.fence = r.ticket = (uint64_t)i + 1;
 		r.token = tok[i + 1];
 		fake_answer(c, &r);
-		snprintf(want, sizeof want, "%d OK; %d OK fence=%d ttl=10000",
-		    i, i + 1, i + 1);
+		/* The waiter is told first: its grant is the one waited on. */
+		snprintf(want, sizeof want, "%d OK fence=%d ttl=10000; %d OK",
+		    i + 1, i + 1, i);
 		ck_assert_str_eq(told_take(), want);
 		ck_assert_str_eq(owners[i].token, tok[i + 1]);
 		ck_assert_uint_eq(fake_count(), 0);
@@ -627,7 +628,7 @@ static const struct {
 	enum then then;
 } releases[] = {
 	{ { .status = LDB_OK, .fence = 2, .ticket = 2 }, true,
-	    "1 OK; 2 OK fence=2 ttl=10000", THEN_NOTHING },
+	    "2 OK fence=2 ttl=10000; 1 OK", THEN_NOTHING },
 	{ { .status = LDB_OK }, false, "1 OK", THEN_TRIES },
 	{ { .status = LDB_OK, .fence = 5 }, false, "1 OK", THEN_NOTHING },
 	{ { .status = LDB_OK, .fence = 5, .ticket = 9, .token = "gone" }, false,
