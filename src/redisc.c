@@ -41,17 +41,21 @@ struct redisc_req {
 	int argc;     /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;  /* into this same allocation, after the struct */
 	size_t *lens; /* likewise */
-	bool pooled;  /* REDISC_REQ_POOLED bytes, kept for reuse when freed */
+	size_t size;  /* of the allocation, a multiple of REDISC_REQ_ROUND */
 	struct redisc_req *pool_next;
 };
 
 /*
  * A request and its arguments are one allocation of about 1 KiB, in
  * glibc's large bins (each malloc of one consolidates the small free
- * chunks). Those up to REDISC_REQ_POOLED bytes come from a free list of
- * at most REDISC_POOL_MAX: no allocation per request in steady state.
+ * chunks). Its size is rounded up to REDISC_REQ_ROUND bytes, so that a
+ * lock's requests share a size, and those up to REDISC_REQ_POOLED bytes
+ * are kept on a free list of at most REDISC_POOL_MAX when freed: no
+ * allocation per request in steady state, and no more memory per
+ * request in flight (9,800 waiters' tries at once) than the rounding.
  */
-#define REDISC_REQ_POOLED 2048
+#define REDISC_REQ_ROUND 256
+#define REDISC_REQ_POOLED 4096
 #define REDISC_POOL_MAX 256
 
 /* One hiredis connection with its own reconnect and connect timers. */
@@ -117,7 +121,8 @@ redisc_idle(void)
 static void
 redisc_req_free(struct redisc_req *req)
 {
-	if (req->pooled && !rc.stopping && rc.npool < REDISC_POOL_MAX) {
+	if (req->size <= REDISC_REQ_POOLED && !rc.stopping &&
+	    rc.npool < REDISC_POOL_MAX) {
 		req->pool_next = rc.pool;
 		rc.pool = req;
 		rc.npool++;
@@ -311,18 +316,17 @@ redisc_req_new(int n, const char *const *args, const size_t *lens,
 	for (int i = 0; i < n; i++)
 		bytes += lens[i] + 1;
 	bytes += sizeof *req + argc * (sizeof *req->argv + sizeof *req->lens);
-	if (bytes > REDISC_REQ_POOLED) {
-		req = xcalloc(1, bytes);
-	} else if (rc.pool != NULL) {
+	bytes = (bytes + REDISC_REQ_ROUND - 1) / REDISC_REQ_ROUND *
+	    REDISC_REQ_ROUND;
+	if (rc.pool != NULL && rc.pool->size >= bytes) {
 		req = rc.pool;
 		rc.pool = req->pool_next;
 		rc.npool--;
+		bytes = req->size;
 		memset(req, 0, sizeof *req);
-		req->pooled = true;
-	} else {
-		req = xcalloc(1, REDISC_REQ_POOLED);
-		req->pooled = true;
-	}
+	} else
+		req = xcalloc(1, bytes);
+	req->size = bytes;
 	req->cb = cb;
 	req->arg = arg;
 	req->argc = (int)argc;
