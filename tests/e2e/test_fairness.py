@@ -5,6 +5,7 @@ to the first live ticket, on whichever broker, and wakes only that broker;
 a broker that dies leaves the queue within a bound; a waiter that leaves
 takes its ticket with it."""
 
+import bisect
 import signal
 import threading
 import time
@@ -43,12 +44,15 @@ class Fairness(BrokerTest):
         def run(i, c):
             start.wait(30)
             while time.monotonic() < stop:
+                # The request left between these two readings (a thread
+                # can be held up between a send and a clock read).
+                before = time.monotonic()
                 c.send("ACQUIRE hot")
-                sent = time.monotonic()  # once it is on its way
+                sent = time.monotonic()
                 reply = c.line()
                 fence = int(reply.split()[1])
                 with lock:
-                    grants.append((sent, fence, i))
+                    grants.append((sent, fence, i, before))
                 time.sleep(0.001)
                 self.assertEqual(c.cmd("RELEASE hot"), "OK")
 
@@ -57,25 +61,29 @@ class Fairness(BrokerTest):
             t.start()
         for t in threads:
             t.join(60)
-        fences = [f for _, f, _ in grants]
+        fences = [g[1] for g in grants]
         self.assertEqual(len(set(fences)), len(fences), "a fence twice")
         counts = [sum(1 for g in grants if g[2] == i) for i in range(32)]
         self.assertGreater(min(counts), 0, counts)
         self.assertGreater(len(grants), 5 * 32, "too few grants to judge")
         # First come, first served: a request sent a clear margin (the
         # way from client to Redis on a loaded machine; a round of 32
-        # grants takes about as long) after another is granted after it.
-        # The first two rounds (everyone connecting at once) are left out.
+        # grants takes about as long) after another one was on its way
+        # is granted after it. The first two rounds (everyone asking at
+        # once) are left out: the grants after the 64 lowest fences
+        # (fences are Redis's clock in µs, not a count).
         margin = 0.05 * SLOW
-        by_sent = sorted(g for g in grants if g[1] > min(fences) + 64)
-        later_min, out = float("inf"), []
-        j = len(by_sent)
-        for k in range(len(by_sent) - 1, -1, -1):
-            sent, fence, i = by_sent[k]
-            while j > 0 and by_sent[j - 1][0] > sent + margin:
-                j -= 1
-                later_min = min(later_min, by_sent[j][1])
-            if fence > later_min:
+        first = sorted(fences)[2 * len(clients)]
+        judged = [g for g in grants if g[1] > first]
+        by_before = sorted(judged, key=lambda g: g[3])
+        befores = [g[3] for g in by_before]
+        later_min = [float("inf")] * (len(by_before) + 1)
+        for k in range(len(by_before) - 1, -1, -1):
+            later_min[k] = min(later_min[k + 1], by_before[k][1])
+        out = []
+        for sent, fence, i, _ in judged:
+            k = bisect.bisect_right(befores, sent + margin)
+            if fence > later_min[k]:
                 out.append((round(sent, 4), fence, i))
         self.assertEqual(out, [], "granted after a later request")
         # Turns: max/min grants per client within 1.2 (a round or so of

@@ -26,7 +26,8 @@ local function next_fence(k, t, ttl)
     end
   end
   t = t or redis.call('TIME')
-  local f = math.max(n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if f < now then f = now end
   redis.call('SET', k, string.format('%d', f), 'PX', tonumber(ttl) + 86400000)
   return f
 end
