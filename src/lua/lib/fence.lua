@@ -27,6 +27,7 @@ local function next_fence(k, t, ttl)
   end
   t = t or redis.call('TIME')
   local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- (the chaos build's no_clock_fence variant patches out these words)
   if f < now then f = now end
   redis.call('SET', k, string.format('%d', f), 'PX', tonumber(ttl) + 86400000)
   return f
