@@ -546,19 +546,20 @@ lockq_ask_head(
 /*
  * A FILL waiter takes no ticket, so while waiters with tickets queue here
  * it is never the trier: the first of the FILL waiters asks along with
- * each of the trier's tries (its try marks the name for DONE, says which
- * leader it waits on, and takes the name if it is free for it), so it is
- * told DONE when its leader finishes, not after those before it.
+ * each try of a trier with a ticket (its try marks the name for DONE,
+ * says which leader it waits on, and takes the name if it is free for
+ * it), so it is told DONE when its leader finishes, not after those
+ * before it.
  */
 static void
-lockq_fill_along(struct lock_name *ln, const struct lock_req *trier)
+lockq_fill_along(struct lock_name *ln)
 {
 	struct lock_req *r;
 
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
 		if (r->mode == LOCK_FILL && r->wait_ms != 0)
 			break;
-	if (r != NULL && r != trier && !r->in_flight) {
+	if (r != NULL && !r->in_flight) {
 		r->tried_us = mono_us();
 		lockq_take(r);
 	}
@@ -579,7 +580,7 @@ lockq_attempt(struct lock_name *ln)
 	lockq_ask(req, &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 	if (req->ticket != 0)
-		lockq_fill_along(ln, req);
+		lockq_fill_along(ln);
 }
 
 /* A waiter behind the trier takes its ticket's place (its one try; it may
@@ -666,16 +667,14 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 	} else if (r->status == LDB_DONE) /* a FILL waiter's */
 		lockq_done(req, r->fence);
 	else if (req->mode == LOCK_FILL && req->queued) {
-		/* Refused (or Redis away): it asks again with the trier. */
+		/* Refused (or Redis away): it asks again with the trier. It
+		 * cannot have turned try-once meanwhile: lock_owner_eof does
+		 * that only to a request not in Redis or to a first try
+		 * counted in tries, which a side try is not. */
 		if (r->status == LDB_NO && r->marked)
 			req->marked_writer = true;
 		if (r->status == LDB_NO && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
-		if (req->wait_ms == 0) { /* its input ended meanwhile */
-			STAT_INC(timeouts_total);
-			lockq_dequeue(req);
-			lockreq_answer_status(req, LOCK_TIMEOUT);
-		}
 	} else if (req->handed != 0)
 		lockq_confirm(req);
 	else if (req->queued && !req->took)
