@@ -66,6 +66,14 @@ ODD_KEYS = ["late_grants_total", "errors_total",
             "redis_timeouts_total", "renewal_failures_total"]
 
 
+def eval_usec(redis):
+    """The microseconds Redis spent in EVALSHA and EVAL (INFO
+    commandstats' usec, which includes the commands a script runs)."""
+    return sum(int(m.group(1)) for m in re.finditer(
+        r"cmdstat_eval(?:sha)?:calls=\d+,usec=(\d+)",
+        redis("INFO", "commandstats")))
+
+
 class Listener:
     """A pattern subscriber that counts the messages on the brokers'
     channels: P+"released" (every broker hears it) and P+"to:..." (one)."""
@@ -131,6 +139,7 @@ class Bench:
 
     def snapshot(self, brokers):
         s = {"cmd": commandstats(self.redis),
+             "eval_usec": eval_usec(self.redis),
              "redis_cpu": cpu_us(self.redis.proc.pid),
              "cpu": [cpu_us(b.proc.pid) for b in brokers],
              "info": [b.info() for b in brokers],
@@ -242,6 +251,8 @@ def figures(label, nbrokers, clients, lb, before, after, logs):
         "grants": grants, "releases": releases,
         "redis_cmds_per_grant": per(total, grants),
         "evalsha_per_grant": per(evals, grants),
+        "us_per_evalsha": per(after["eval_usec"] - before["eval_usec"],
+                              evals),
         "publish_per_release": per(cmd.get("publish", 0), releases),
         "msgs_to": msgs["to"], "msgs_released": msgs["released"],
         "woken_per_release": per(woken, releases),
@@ -278,7 +289,7 @@ def summarise(runs, base_by_round):
               "cross_p99_ms", "redis_cmds_per_grant", "evalsha_per_grant",
               "publish_per_release", "woken_per_release", "in_per_handover",
               "handover_share", "brokers_cpu_us_per_grant",
-              "redis_cpu_us_per_grant"]:
+              "redis_cpu_us_per_grant", "us_per_evalsha"]:
         s[k] = med([r[k] for r in runs])
     fair = [r["fairness"] if r["fairness"] is not None else float("inf")
             for r in runs]
@@ -322,9 +333,10 @@ def fair_cell(s):
 
 
 def cost_row(s, shape):
-    return "| %s | %s | %s (%s) | %s | %s | %s | %s | %s (%s) | %s |" % (
+    return "| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s (%s) | %s |" % (
         s["build"], shape, f(s["redis_cmds_per_grant"], 1),
-        f(s["evalsha_per_grant"], 2), f(s["publish_per_release"], 2),
+        f(s["evalsha_per_grant"], 2), f(s["us_per_evalsha"], 1),
+        f(s["publish_per_release"], 2),
         f(s["woken_per_release"], 2), f(s["handover_share"], 3),
         f(s["in_per_handover"], 3), f(s["brokers_cpu_us_per_grant"], 0),
         " ".join(f(c, 0) for c in s["broker_cpu_us_per_grant"]),
@@ -359,10 +371,11 @@ def tables(sums, hsums):
                 f(s["handoffs_s"]), f(s["handoff_p50_ms"]),
                 f(s["handoff_p99_ms"]), f(s["handoff_max_ms"])))
     out += ["", "| build | run | Redis commands / grant "
-            "(EVALSHA) | PUBLISH / release | brokers woken / release | "
-            "hand-overs / release | handovers_in / handovers | broker CPU "
-            "µs / grant (each) | Redis CPU µs / grant |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "(EVALSHA) | Redis µs / EVALSHA | PUBLISH / release | brokers "
+            "woken / release | hand-overs / release | handovers_in / "
+            "handovers | broker CPU µs / grant (each) | Redis CPU µs / "
+            "grant |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for s in sums:
         out.append(cost_row(s, "%d × %d" % (s["brokers"], s["clients"])))
     for s in hsums:
