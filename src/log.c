@@ -106,6 +106,9 @@ log_line(enum log_level level, const char *fmt, ...)
 }
 
 /* Append ": strerror(errno)" the way OpenBSD's log_warn does. */
+static void log_errno(enum log_level level, const char *fmt, va_list ap)
+    LB_PRINTF(2, 0);
+
 static void
 log_errno(enum log_level level, const char *fmt, va_list ap)
 {
