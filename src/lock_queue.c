@@ -374,6 +374,14 @@ lockq_watch_of(struct lock_name *ln)
 	return w;
 }
 
+/* A try-once's grant came back after its lease ended: given back. */
+static void
+lockq_answer_late(struct lock_req *req)
+{
+	lockreq_answer_err(req, PERR_UNAVAILABLE,
+	    "the grant came after its lease ended; Redis is slow");
+}
+
 /* A FILL leader finished (done is its fence): every FILL waiter here that
  * waited on it, or on an earlier one, is told DONE. head is freed by its
  * caller. */
@@ -436,8 +444,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = 0; /* given back: the head tries again at once */
 		if (req->owner == NULL || req->wait_ms == 0) {
 			lockq_dequeue(req);
-			lockreq_answer_err(req, PERR_UNAVAILABLE,
-			    "the grant came after its lease ended; Redis is slow");
+			lockq_answer_late(req);
 		}
 	} else if (r->status == LDB_OK) {
 		lockq_granted(req, r->fence);
@@ -556,8 +563,11 @@ lockq_fill_along(struct lock_name *ln)
 {
 	struct lock_req *r;
 
+	/* A try-once that has not asked (its input ended before it could)
+	 * makes its one try here. */
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
-		if (r->mode == LOCK_FILL && r->wait_ms != 0)
+		if (r->mode == LOCK_FILL &&
+		    (r->wait_ms != 0 || r->tried_us == 0))
 			break;
 	if (r != NULL && !r->in_flight) {
 		r->tried_us = mono_us();
@@ -664,13 +674,23 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 	else if (r->status == LDB_INTERNAL) {
 		lockq_dequeue(req);
 		lockreq_answer_db_error(req, r);
+	} else if (req->mode == LOCK_FILL && req->queued && req->wait_ms == 0) {
+		/* A try-once FILL (its input ended before it asked): its one
+		 * answer ends it, and it is never told DONE. */
+		if (r->status == LDB_DONE)
+			lockq_done(req, r->fence);
+		lockq_dequeue(req);
+		if (r->status == LDB_OK)
+			lockq_answer_late(req);
+		else if (r->status == LDB_NO || r->status == LDB_DONE) {
+			STAT_INC(timeouts_total);
+			lockreq_answer_status(req, LOCK_TIMEOUT);
+		} else
+			lockreq_answer_db_error(req, r);
 	} else if (r->status == LDB_DONE) /* a FILL waiter's */
 		lockq_done(req, r->fence);
 	else if (req->mode == LOCK_FILL && req->queued) {
-		/* Refused (or Redis away): it asks again with the trier. It
-		 * cannot have turned try-once meanwhile: lock_owner_eof does
-		 * that only to a request not in Redis or to a first try
-		 * counted in tries, which a side try is not. */
+		/* Refused (or Redis away): it asks again with the trier. */
 		if (r->status == LDB_NO && r->marked)
 			req->marked_writer = true;
 		if (r->status == LDB_NO && r->fence > 0)

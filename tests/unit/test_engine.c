@@ -2447,6 +2447,62 @@ START_TEST(test_fill_try_once)
 }
 END_TEST
 
+/*
+ * A FILL first in its broker's queue that has not asked yet (a try was
+ * in Redis when it came), behind a waiter with a ticket that asks for the
+ * queue: when its input ends it asks once at once, along with the trier
+ * (docs/protocol.md §1), and a refusal or its leader's DONE is TIMEOUT.
+ * It used to wait for its answer until it became the trier itself.
+ */
+START_TEST(test_fill_eof_behind_ticketed_trier)
+{
+	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
+	struct lockdb_reply done = { .status = LDB_DONE, .fence = 1 };
+	struct fake_call *c, *fill = NULL, *trier = NULL;
+
+	f.mode = LOCK_FILL;
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	/* A waiter whose try is still in Redis when it leaves. */
+	ck_assert_int_eq(acquire(4, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	lock_owner_gone(O(4), false);
+	/* The FILL, first now, does not ask while that try is out; a waiter
+	 * with a ticket behind it asks for its place. */
+	ck_assert_int_eq(acquire(3, "a", &f), 0);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	fake_refuse(c, 100000, 1);
+	while ((c = fake_next()) != NULL) {
+		ck_assert(c->op != FAKE_ACQUIRE || c->ask.mode != LDB_FILL);
+		if (c->op == FAKE_ACQUIRE)
+			fake_refuse(c, 100000, 1);
+		else
+			fake_reply(c, LDB_OK);
+	}
+	ck_assert(lock_owner_eof(O(3)));
+	ck_assert_uint_eq(fake_count(), 2);
+	for (unsigned k = 0; k < 2; k++) {
+		c = fake_pending(k);
+		ck_assert(c->op == FAKE_ACQUIRE);
+		if (c->ask.mode == LDB_FILL)
+			fill = c;
+		else
+			trier = c;
+	}
+	ck_assert_ptr_nonnull(fill);
+	ck_assert_ptr_nonnull(trier);
+	ck_assert_uint_ne(trier->ask.ticket, 0);
+	ck_assert_uint_eq(fill->ask.ticket, 0);
+	ck_assert_uint_eq(fill->ask.watch, 0);
+	if (_i == 0)
+		fake_refuse(fill, 100000, 1);
+	else
+		fake_answer(fill, &done);
+	ck_assert_str_eq(told_take(), "3 TIMEOUT");
+	fake_refuse(trier, 100000, 1);
+	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
 /* -- Stopping -- */
 
 /* lock_stop: every waiter is told ERR SHUTDOWN (its place in the queue
@@ -2742,6 +2798,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_fill_done);
 	tcase_add_test(tc, test_fill_leader_lost);
 	tcase_add_test(tc, test_fill_try_once);
+	tcase_add_loop_test(tc, test_fill_eof_behind_ticketed_trier, 0, 2);
 	tcase_add_test(tc, test_stop);
 	tcase_add_test(tc, test_limits);
 	tcase_add_test(tc, test_renewal_during_own_status);
