@@ -20,13 +20,17 @@
 /*
  * The scripts live in src/lua/<script>.lua, each with its KEYS, ARGV and
  * replies in its opening comment, and are embedded at build time
- * (lua_scripts.h, made by src/lua/embed.py). A script's keys are the
- * suffixes its KEYS line declares, after "<prefix>{<name>}".
+ * (lua_scripts.h, made by src/lua/embed.py). A script is passed the lock
+ * key "<prefix>{<name>}" and the keys of no name "<prefix><word>" its
+ * KEYS line declares; it names the name's other keys as the lock key and
+ * their suffix itself.
  */
+#define LOCKDB_KEYS_MAX 4 /* passed keys of one script */
+
 struct lockdb_script {
 	struct redisc_script rs;
 	int nkeys;
-	const char *keys[12];
+	const char *keys[LOCKDB_KEYS_MAX];
 };
 
 #define LOCKDB_SCRIPT(x, X)                                                    \
@@ -601,22 +605,21 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 	return req;
 }
 
-/* The script's first nkeys keys (as its .lua declares them, docs/protocol.md
- * §8) and nargs arguments. */
+/* The script's passed keys (docs/protocol.md §8) and nargs arguments. */
 static void
-lockdb_send(enum lockdb_op op, struct lockdb_script *script, int nkeys,
-    const char *name, int nargs, const char *const *args, lockdb_cb *cb,
-    void *arg)
+lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
+    int nargs, const char *const *args, lockdb_cb *cb, void *arg)
 {
+	int nkeys = script->nkeys;
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
-	char key[12][PROTO_NAME_MAX + 160];
+	char key[LOCKDB_KEYS_MAX][PROTO_NAME_MAX + 160];
 	const char *argv[30]; /* redisc's most, less the key count */
 	size_t lens[30], base, slen;
 	const char *suffix;
 	char *p = key[0], *end = key[0] + sizeof key[0];
 
-	if (nkeys > 12 || nkeys + nargs > 30)
+	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > 30)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
 
@@ -676,10 +679,8 @@ lockdb_acquire(
 		args[4] = a->mode == LDB_FILL ? "1" : "0";
 		util_u64str(watch, a->watch);
 		args[5] = watch;
-		/* An exclusive ACQUIRE never reaches :done and :fill. */
-		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire,
-		    a->mode == LDB_FILL ? lockdb_lua_acquire.nkeys : 10, name,
-		    14, args, cb, arg);
+		lockdb_send(
+		    LDB_ACQUIRE, &lockdb_lua_acquire, name, 14, args, cb, arg);
 		return;
 	}
 	p = mode;
@@ -699,8 +700,7 @@ lockdb_acquire(
 	args[10] = ticket;
 	args[11] = least;
 	args[12] = ldb.live;
-	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, lockdb_lua_share.nkeys,
-	    name, 13, args, cb, arg);
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, 13, args, cb, arg);
 }
 
 void
@@ -717,7 +717,7 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,
-	    lockdb_lua_release.nkeys, name, 12, args, cb, arg);
+	    name, 12, args, cb, arg);
 }
 
 static void
@@ -734,8 +734,8 @@ lockdb_cancel(const char *name, uint64_t ticket)
 	const char *args[1] = { tk };
 
 	snprintf(tk, sizeof tk, "%s#%" PRIu64, ldb.broker, ticket);
-	lockdb_send(LDB_CANCEL, &lockdb_lua_cancel, lockdb_lua_cancel.nkeys,
-	    name, 1, args, lockdb_cancel_cb, NULL);
+	lockdb_send(LDB_CANCEL, &lockdb_lua_cancel, name, 1, args,
+	    lockdb_cancel_cb, NULL);
 }
 
 void
@@ -748,8 +748,7 @@ lockdb_extend(const char *name, const char *token, uint64_t fence,
 
 	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
 	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, lockdb_lua_extend.nkeys,
-	    name, 8, args, cb, arg);
+	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, 8, args, cb, arg);
 }
 
 void
@@ -760,15 +759,13 @@ lockdb_status(const char *name, uint64_t fence, const char *token,
 	const char *args[3] = { f, token != NULL ? token : "", ldb.inc };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_STATUS, &lockdb_lua_status, lockdb_lua_status.nkeys,
-	    name, 3, args, cb, arg);
+	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, 3, args, cb, arg);
 }
 
 void
 lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 {
-	lockdb_send(LDB_WHO, &lockdb_lua_who, lockdb_lua_who.nkeys, name, 0,
-	    NULL, cb, arg);
+	lockdb_send(LDB_WHO, &lockdb_lua_who, name, 0, NULL, cb, arg);
 }
 
 void
@@ -781,8 +778,7 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	snprintf(ttl, sizeof ttl, "%" PRIu64, info != NULL ? restore_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
-	lockdb_send(LDB_CHECK, &lockdb_lua_check, lockdb_lua_check.nkeys, name,
-	    6, args, cb, arg);
+	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, 6, args, cb, arg);
 }
 
 void
@@ -792,8 +788,7 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 	const char *args[3] = { ldb.channel, name, keep };
 
 	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
-	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, lockdb_lua_revoke.nkeys,
-	    name, 3, args, cb, arg);
+	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, 3, args, cb, arg);
 }
 
 /* incarnation.lua's {id, grace ms left, made now}. */

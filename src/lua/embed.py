@@ -5,13 +5,18 @@
 
 Each script declares its keys once, in its opening comment, on one line:
 "-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; a word /w is
-<prefix>w, a key of no name; any other word w is <prefix>{<name>}:w). A line "-- include <file>" is replaced by
-lib/<file> with its comment lines dropped and its code joined onto that one
-line, so every line of a script is the line of its .lua file: Redis's
-"user_script:N" in an error is line N of the file. For each script x.lua
-the header defines LUA_X_FILE, LUA_X_BODY, LUA_X_NKEYS and LUA_X_KEYS (an
-initializer of the key suffixes, in order). tests/e2e/test_scripts.py
-imports expand() and keys() to run the same text."""
+<prefix>w, a key of no name; any other word w is <prefix>{<name>}:w), and
+names them KEYS[1], KEYS[2], ... in that order. Only the lock key and the
+keys of no name are passed (passed()): the text Redis runs names every
+other key as the lock key and its suffix, "(KEYS[1] .. ':w')", in the
+same hash slot, so a call does not send the name a dozen times (issue
+16). A line "-- include <file>" is replaced by lib/<file> with its comment
+lines dropped and its code joined onto that one line, so every line of a
+script is the line of its .lua file: Redis's "user_script:N" in an error
+is line N of the file. For each script x.lua the header defines
+LUA_X_FILE, LUA_X_BODY, LUA_X_NKEYS and LUA_X_KEYS (an initializer of the
+passed keys' suffixes, in order). tests/e2e/test_scripts.py imports
+expand() and passed() to run the same text."""
 
 import os
 import re
@@ -44,7 +49,36 @@ def expand(path):
             m = INCLUDE.match(line)
             out.append(squash(os.path.join(lib, m.group(1))) + "\n"
                        if m else line)
-    return "".join(out)
+    return derive("".join(out), keys(path), path)
+
+
+def derive(text, declared, path):
+    """text with each KEYS[i] of a name's key other than the lock key
+    written as the lock key and its suffix, and the passed keys
+    renumbered."""
+    given = passed_of(declared)
+    if len(given) < len(declared) and given[0] != "":
+        sys.exit("%s: a name's keys need the lock key first" % path)
+
+    def one(m):
+        i = int(m.group(1))
+        if not 1 <= i <= len(declared):
+            sys.exit("%s: KEYS[%d] is not declared" % (path, i))
+        k = declared[i - 1]
+        if k in given:
+            return "KEYS[%d]" % (given.index(k) + 1)
+        return "(KEYS[1] .. '%s')" % k
+    return re.sub(r"KEYS\[(\d+)\]", one, text)
+
+
+def passed_of(declared):
+    return [k for k in declared if k == "" or k.startswith("/")]
+
+
+def passed(path):
+    """The key suffixes the broker passes, in order: the lock key ("")
+    and the keys of no name ("/w")."""
+    return passed_of(keys(path))
 
 
 def keys(path):
@@ -72,7 +106,7 @@ def main():
     for path in sorted(scripts):
         base = os.path.basename(path)
         name = re.sub(r"\W", "_", base[:-4]).upper()
-        ks = keys(path)
+        ks = passed(path)
         text += ['#define LUA_%s_FILE "%s"' % (name, base),
                  "#define LUA_%s_NKEYS %d" % (name, len(ks)),
                  "#define LUA_%s_KEYS { %s }" % (

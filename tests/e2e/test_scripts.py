@@ -6,6 +6,7 @@ script names its .lua file and line, in Redis's reply and the broker's
 log."""
 
 import os
+import re
 import sys
 
 from lbtest import BrokerTest, Resp, main, wait_for
@@ -41,13 +42,14 @@ class Scripts(BrokerTest):
         # The seeded marker (lbtest.Redis), under the tests' own id.
         self.r("HSET", MARK, "id", INC, "grace", "0")
 
-    def run_script(self, script, name, *args, nkeys=None):
-        """Fence counters start at B (unless a test set one), so that the
-        fences the tests expect do not depend on Redis's clock."""
+    def run_script(self, script, name, *args):
+        """With the keys the broker passes (embed.passed: the lock key and
+        the keys of no name). Fence counters start at B (unless a test set
+        one), so that the fences the tests expect do not depend on Redis's
+        clock."""
         path = os.path.join(LUA, script + ".lua")
         keys = [k[1:].join(["lockbroker:", ""]) if k.startswith("/") else
-                "lockbroker:{%s}%s" % (name, k) for k in embed.keys(path)]
-        keys = keys[:nkeys] if nkeys is not None else keys
+                "lockbroker:{%s}%s" % (name, k) for k in embed.passed(path)]
         self.r("SET", "lockbroker:{%s}:fence" % name, B, "NX")
         return self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
 
@@ -56,8 +58,7 @@ class Scripts(BrokerTest):
                 rid=""):
         return self.run_script(
             "acquire", name, token, ttl, mark, inf or info(), fill, watch,
-            clear, CH, name, ticket, least, live, inc, rid,
-            nkeys=None if fill else 10)
+            clear, CH, name, ticket, least, live, inc, rid)
 
     def release(self, name, token, fence=0, done=1, broker=ME):
         """1 released, 0 not ours; a hand-over's list as it is."""
@@ -73,13 +74,26 @@ class Scripts(BrokerTest):
         return sub
 
     def test_declared_keys(self):
-        """Every script declares its keys; the lock key comes first."""
+        """Every script declares its keys; the lock key comes first. The
+        text Redis runs is passed only the lock key and the keys of no
+        name, and names the others as the lock key and their suffix."""
         for f in sorted(os.listdir(LUA)):
             if f.endswith(".lua"):
-                ks = embed.keys(os.path.join(LUA, f))
+                path = os.path.join(LUA, f)
+                ks = embed.keys(path)
                 first = "/incarnation" if f == "incarnation.lua" else ""
                 self.assertEqual(ks[0], first, f)
                 self.assertEqual(len(ks), len(set(ks)), f)
+                given = embed.passed(path)
+                self.assertEqual(given, [k for k in ks if k == "" or
+                                         k.startswith("/")], f)
+                text = embed.expand(path)
+                used = {int(i) for i in re.findall(r"KEYS\[(\d+)\]", text)}
+                self.assertLessEqual(max(used), len(given), f)
+                for k in ks:
+                    if k not in given:
+                        self.assertNotIn("'%s'" % k, text.replace(
+                            "(KEYS[1] .. '%s')" % k, ""), f)
 
     def test_acquire_grant_regrant_refuse(self):
         self.assertEqual(self.acquire("a", "t1"), [1, f(1)])
