@@ -622,13 +622,13 @@ lock_owner_eof(struct lock_owner *o)
 
 	if (req == NULL || !req->queued)
 		return true;
-	/* A head held back by a hold here (lockq_first_try) has not asked
-	 * yet: it makes its one try now, as a try-once. */
-	if (req->tries == 0 && !req->in_flight && !req->ln->attempting &&
-	    TAILQ_FIRST(&req->ln->waiters) == req) {
+	/* A head that has not asked yet (a try of another was in Redis when
+	 * it came; or a FILL, which asks along with the trier, not counted
+	 * in tries) makes its one try now, as a try-once. */
+	if (req->tries == 0 && req->tried_us == 0 && !req->in_flight &&
+	    !req->ln->attempting && TAILQ_FIRST(&req->ln->waiters) == req) {
 		lock_owner_try_once(req);
-		lockq_retry_stop(req->ln);
-		lockq_attempt(req->ln);
+		lockq_try_now(req);
 		return true;
 	}
 	/* Only the first try, still in Redis, has not started to wait. */

@@ -593,6 +593,19 @@ lockq_attempt(struct lock_name *ln)
 		lockq_fill_along(ln);
 }
 
+void
+lockq_try_now(struct lock_req *req)
+{
+	struct lock_name *ln = req->ln;
+
+	lockq_retry_stop(ln);
+	lockq_attempt(ln); /* the trier, taking a FILL along */
+	if (!req->in_flight && req->tried_us == 0 && lockq_trier(ln) != req) {
+		req->tried_us = mono_us();
+		lockq_take(req);
+	}
+}
+
 /* A waiter behind the trier takes its ticket's place (its one try; it may
  * be granted, if the name is free and nobody queues before it). */
 static void

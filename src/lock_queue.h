@@ -36,6 +36,10 @@ bool lockq_grant_late(struct lock_req *req, uint64_t fence);
 void lockq_conflict(struct lock_req *req, const struct lockdb_reply *r);
 /* Cancel the head's scheduled try. */
 void lockq_retry_stop(struct lock_name *ln);
+/* req, first in its queue, has never asked: it asks now (as the trier, or
+ * a FILL along with the trier, or on its own while the trier is in
+ * Redis). */
+void lockq_try_now(struct lock_req *req);
 /* A release handed name to this broker's ticket n, as fence under token:
  * sent_ms is when this broker sent that release, or 0 when another broker
  * made it, for ttl_ms (0: not said; the grant is confirmed first). */

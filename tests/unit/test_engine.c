@@ -2503,6 +2503,79 @@ START_TEST(test_fill_eof_behind_ticketed_trier)
 }
 END_TEST
 
+/*
+ * The same FILL once it has asked along with the trier and been refused:
+ * it has started to wait, so the end of its input cancels it (the client
+ * is taken as gone, docs/protocol.md §1), as any waiter's does. (Found in
+ * review: it turned try-once and then never asked again.)
+ */
+START_TEST(test_fill_eof_after_asking_along)
+{
+	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
+	struct fake_call *c;
+	unsigned fills = 0;
+
+	f.mode = LOCK_FILL;
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 40;
+	ck_assert_int_eq(acquire(4, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	lock_owner_gone(O(4), false);
+	ck_assert_int_eq(acquire(3, "a", &f), 0);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	fake_refuse(c, 100000, 1);
+	while ((c = fake_next()) != NULL)
+		if (c->op == FAKE_ACQUIRE)
+			fake_refuse(c, 100000, 1);
+		else
+			fake_reply(c, LDB_OK);
+	/* The trier's next try takes the FILL along; both are refused. */
+	ck_assert(wait_calls(2));
+	while ((c = fake_next()) != NULL) {
+		ck_assert(c->op == FAKE_ACQUIRE);
+		fills += c->ask.mode == LDB_FILL;
+		fake_refuse(c, 100000, 1);
+	}
+	ck_assert_uint_eq(fills, 1);
+	ck_assert(!lock_owner_eof(O(3)));
+	lock_owner_gone(O(3), true);
+	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
+/*
+ * A FILL that has not asked, its input ending while the trier's own try
+ * is in Redis: it makes its one try at once, not at the trier's next.
+ */
+START_TEST(test_fill_eof_while_trier_in_redis)
+{
+	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
+	struct fake_call *c, *trier = NULL;
+
+	f.mode = LOCK_FILL;
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	ck_assert_int_eq(acquire(4, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	lock_owner_gone(O(4), false);
+	ck_assert_int_eq(acquire(3, "a", &f), 0);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	fake_refuse(c, 100000, 1);
+	for (unsigned k = 0; k < fake_count(); k++)
+		if (fake_pending(k)->op == FAKE_ACQUIRE)
+			trier = fake_pending(k);
+	ck_assert_ptr_nonnull(trier);
+	ck_assert_uint_ne(trier->ask.ticket, 0);
+	ck_assert(lock_owner_eof(O(3)));
+	c = expect_find(FAKE_ACQUIRE, "a");
+	for (unsigned k = 0; k < fake_count(); k++)
+		if (fake_pending(k)->op == FAKE_ACQUIRE &&
+		    fake_pending(k)->ask.mode == LDB_FILL)
+			c = fake_pending(k);
+	ck_assert_int_eq(c->ask.mode, LDB_FILL);
+	fake_refuse(c, 100000, 1);
+	ck_assert_str_eq(told_take(), "3 TIMEOUT");
+}
+END_TEST
+
 /* -- Stopping -- */
 
 /* lock_stop: every waiter is told ERR SHUTDOWN (its place in the queue
@@ -2799,6 +2872,8 @@ engine_suite(void)
 	tcase_add_test(tc, test_fill_leader_lost);
 	tcase_add_test(tc, test_fill_try_once);
 	tcase_add_loop_test(tc, test_fill_eof_behind_ticketed_trier, 0, 2);
+	tcase_add_test(tc, test_fill_eof_after_asking_along);
+	tcase_add_test(tc, test_fill_eof_while_trier_in_redis);
 	tcase_add_test(tc, test_stop);
 	tcase_add_test(tc, test_limits);
 	tcase_add_test(tc, test_renewal_during_own_status);
