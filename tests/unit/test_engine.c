@@ -2448,6 +2448,27 @@ START_TEST(test_fill_try_once)
 END_TEST
 
 /*
+ * Owner 4 leaves while its try is in Redis, so the FILL of owner 3 that
+ * comes next, first in the queue now, does not ask; owner 2 queues behind
+ * it with a ticket and asks for its place. Returns 4's try, unanswered.
+ */
+static struct fake_call *
+fill_first_unasked(int retry_ms)
+{
+	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
+	struct fake_call *c;
+
+	f.mode = LOCK_FILL;
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = retry_ms;
+	ck_assert_int_eq(acquire(4, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	lock_owner_gone(O(4), false);
+	ck_assert_int_eq(acquire(3, "a", &f), 0);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	return c;
+}
+
+/*
  * A FILL first in its broker's queue that has not asked yet (a try was
  * in Redis when it came), behind a waiter with a ticket that asks for the
  * queue: when its input ends it asks once at once, along with the trier
@@ -2456,21 +2477,10 @@ END_TEST
  */
 START_TEST(test_fill_eof_behind_ticketed_trier)
 {
-	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
 	struct lockdb_reply done = { .status = LDB_DONE, .fence = 1 };
 	struct fake_call *c, *fill = NULL, *trier = NULL;
 
-	f.mode = LOCK_FILL;
-	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	/* A waiter whose try is still in Redis when it leaves. */
-	ck_assert_int_eq(acquire(4, "a", &a), 0);
-	c = expect(FAKE_ACQUIRE, "a");
-	lock_owner_gone(O(4), false);
-	/* The FILL, first now, does not ask while that try is out; a waiter
-	 * with a ticket behind it asks for its place. */
-	ck_assert_int_eq(acquire(3, "a", &f), 0);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(c, 100000, 1);
+	fake_refuse(fill_first_unasked(5000), 100000, 1);
 	while ((c = fake_next()) != NULL) {
 		ck_assert(c->op != FAKE_ACQUIRE || c->ask.mode != LDB_FILL);
 		if (c->op == FAKE_ACQUIRE)
@@ -2511,18 +2521,10 @@ END_TEST
  */
 START_TEST(test_fill_eof_after_asking_along)
 {
-	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
 	struct fake_call *c;
 	unsigned fills = 0;
 
-	f.mode = LOCK_FILL;
-	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 40;
-	ck_assert_int_eq(acquire(4, "a", &a), 0);
-	c = expect(FAKE_ACQUIRE, "a");
-	lock_owner_gone(O(4), false);
-	ck_assert_int_eq(acquire(3, "a", &f), 0);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(c, 100000, 1);
+	fake_refuse(fill_first_unasked(40), 100000, 1);
 	while ((c = fake_next()) != NULL)
 		if (c->op == FAKE_ACQUIRE)
 			fake_refuse(c, 100000, 1);
@@ -2548,17 +2550,9 @@ END_TEST
  */
 START_TEST(test_fill_eof_while_trier_in_redis)
 {
-	struct lock_acquire_args a = args(0, -1), f = args(0, -1);
 	struct fake_call *c, *trier = NULL;
 
-	f.mode = LOCK_FILL;
-	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(4, "a", &a), 0);
-	c = expect(FAKE_ACQUIRE, "a");
-	lock_owner_gone(O(4), false);
-	ck_assert_int_eq(acquire(3, "a", &f), 0);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(c, 100000, 1);
+	fake_refuse(fill_first_unasked(5000), 100000, 1);
 	for (unsigned k = 0; k < fake_count(); k++)
 		if (fake_pending(k)->op == FAKE_ACQUIRE)
 			trier = fake_pending(k);
