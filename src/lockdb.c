@@ -605,7 +605,11 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 	return req;
 }
 
-/* The script's passed keys (docs/protocol.md §8) and nargs arguments. */
+/*
+ * The script's passed keys (docs/protocol.md §8: the lock key, "", and
+ * the keys of no name, "/<word>", as embed.py's passed()) and nargs
+ * arguments.
+ */
 static void
 lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
     int nargs, const char *const *args, lockdb_cb *cb, void *arg)
@@ -613,38 +617,31 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 	int nkeys = script->nkeys;
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
-	char key[LOCKDB_KEYS_MAX][PROTO_NAME_MAX + 160];
+	/* redis.prefix is at most 64 bytes, a name 200. */
+	char lock[PROTO_NAME_MAX + 160], key[LOCKDB_KEYS_MAX][160];
 	const char *argv[30]; /* redisc's most, less the key count */
-	size_t lens[30], base, slen;
-	const char *suffix;
-	char *p = key[0], *end = key[0] + sizeof key[0];
+	size_t lens[30], lock_len;
+	char *p = lock;
 
 	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > 30)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
 
-	/* "<prefix>{<name>}" once (redis.prefix is at most 64 bytes, a
-	 * name 200), then each key is it and a suffix. */
-	util_cat(&p, end, ldb.prefix);
-	util_cat(&p, end, "{");
-	util_cat(&p, end, name);
-	util_cat(&p, end, "}");
-	base = (size_t)(p - key[0]);
+	util_cat(&p, lock + sizeof lock, ldb.prefix);
+	util_cat(&p, lock + sizeof lock, "{");
+	util_cat(&p, lock + sizeof lock, name);
+	util_cat(&p, lock + sizeof lock, "}");
+	lock_len = (size_t)(p - lock);
 	for (int i = 0; i < nkeys; i++) {
-		suffix = script->keys[i];
-		if (suffix[0] == '/') { /* "<prefix><word>": not a name's */
-			p = key[i];
-			util_cat(&p, key[i] + sizeof key[i], ldb.prefix);
-			util_cat(&p, key[i] + sizeof key[i], suffix + 1);
-			lens[n] = (size_t)(p - key[i]);
-			argv[n++] = key[i];
+		if (script->keys[i][0] == '\0') {
+			lens[n] = lock_len;
+			argv[n++] = lock;
 			continue;
 		}
-		slen = strlen(suffix);
-		if (i > 0)
-			memcpy(key[i], key[0], base);
-		memcpy(key[i] + base, suffix, slen + 1);
-		lens[n] = base + slen;
+		p = key[i]; /* "<prefix><word>": not a name's */
+		util_cat(&p, key[i] + sizeof key[i], ldb.prefix);
+		util_cat(&p, key[i] + sizeof key[i], script->keys[i] + 1);
+		lens[n] = (size_t)(p - key[i]);
 		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {

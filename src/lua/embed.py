@@ -57,7 +57,7 @@ def derive(text, declared, path):
     written as the lock key and its suffix, and the passed keys
     renumbered."""
     given = passed_of(declared)
-    if len(given) < len(declared) and given[0] != "":
+    if len(given) < len(declared) and (not given or given[0] != ""):
         sys.exit("%s: a name's keys need the lock key first" % path)
 
     def one(m):
