@@ -53,6 +53,7 @@
 
 -- include fence.lua
 -- include gate.lua
+-- include plain.lua
 local closed, clock = gate(KEYS[10], ARGV[13], ARGV[14])
 if closed and closed[1] == -1 then return closed end
 if closed and ARGV[10] == '' then return closed end
@@ -61,15 +62,15 @@ if ARGV[6] ~= '0' then
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
-if not closed and redis.call('EXISTS', KEYS[3]) == 0 and
-    redis.call('SET', KEYS[1], val, 'NX', 'PX', ARGV[2]) then
-  local f = next_fence(KEYS[2], clock, ARGV[2])
-  if type(f) ~= 'number' then
-    redis.call('DEL', KEYS[1])
-    return f
+if not closed and redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[12]) == 0 then
+  -- Nobody waits: a plain grant (lib/plain.lua), or the slow path below.
+  local f = fence_of(KEYS[2], clock)
+  if type(f) == 'number' and redis.call('SET', KEYS[1],
+      val .. ' ' .. string.format('%d', f), 'NX', 'PX', ARGV[2]) then
+    set_fence(KEYS[2], f, ARGV[2])
+    if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
+    return {1, f}
   end
-  if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
-  return {1, f}
 end
 -- include now.lua
 -- include holds.lua
@@ -83,6 +84,7 @@ if closed then -- a grace period: a waiter keeps its place, nothing more
   if ARGV[3] ~= '0' then
     qtake(KEYS[3], KEYS[4], KEYS[5], tk,
       ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[11], ARGV[12], now)
+    unplain(KEYS[1])
   end
   return closed
 end
@@ -93,6 +95,7 @@ if first == tk or hb ~= string.match(ARGV[4], '^%S+ (%S+)') then hn = 0 end
 local function refuse(pt, f, w)
   if tk ~= '' then w = 0 end -- its place keeps later readers out
   if ARGV[3] ~= '0' then
+    unplain(KEYS[1], v)
     -- A ticket needs no announcement: a release hands the name to it.
     if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
     if ARGV[5] == '1' then

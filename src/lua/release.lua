@@ -41,18 +41,21 @@
 --   another broker's.
 
 -- include holds.lua
+-- include plain.lua
 local fs, by -- the grant's fence, and the broker its entry names
--- Whether fill, the queue or waiters may exist: an exclusive holder's
--- release asks for the three at once (a plain one finds none, and needs
--- no more), then for each only if one does.
+-- Whether fill, the queue or waiters may exist: none for a plain grant
+-- (lib/plain.lua); another exclusive holder's release asks for the three
+-- at once, then for each only if one does.
 local marks = true
 if holds then
-  fs = redis.call('GET', KEYS[5]) or '0'
+  fs = plain_fence(v)
+  marks = not fs
+  fs = fs or redis.call('GET', KEYS[5]) or '0'
   if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
   by = string.match(v, '^%S+ %S+ (%S+)')
   if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('DEL', KEYS[1])
-  marks = redis.call('EXISTS', KEYS[6], KEYS[8], KEYS[2]) > 0
+  marks = marks and redis.call('EXISTS', KEYS[6], KEYS[8], KEYS[2]) > 0
   if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
       redis.call('EXISTS', KEYS[6]) == 1) then
     redis.call('SET', KEYS[7], fs, 'PX', ARGV[5])

@@ -28,6 +28,7 @@
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
+-- include plain.lua
 -- include tickets.lua
 local closed = gate(KEYS[7], ARGV[9], ARGV[10])
 if closed and closed[1] == -1 then return closed end
@@ -37,14 +38,19 @@ local function place()
   if tk ~= '' and ARGV[3] ~= '0' then
     qtake(KEYS[8], KEYS[9], KEYS[10], tk,
       ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[12], ARGV[13], now)
+    return true
   end
 end
-if closed then place() return closed end
+if closed then
+  if place() then unplain(KEYS[1]) end
+  return closed
+end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
 local hn = 0 -- as acquire.lua's: the first ticket, another of ours
 local function refuse(t)
+  if ARGV[3] ~= '0' then unplain(KEYS[1], v) end
   if ARGV[3] ~= '0' and tk == '' then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
   end

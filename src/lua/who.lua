@@ -8,7 +8,9 @@
 -- include now.lua
 local v = redis.call('GET', KEYS[1])
 if v and v ~= '=shared' then
-  local entry = string.match(v, '^%S+ (.+)$')
+  -- (a plain grant's fence follows the entry: lib/plain.lua)
+  local entry = string.match(v, '^%S+ (%S+ %S+ %S+ %S+)') or
+    string.match(v, '^%S+ (.+)$')
   local f = redis.call('GET', KEYS[4]) or '0'
   return {redis.call('PTTL', KEYS[1]), entry and f .. ' ' .. entry or ''}
 end

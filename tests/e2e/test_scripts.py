@@ -42,30 +42,45 @@ class Scripts(BrokerTest):
         # The seeded marker (lbtest.Redis), under the tests' own id.
         self.r("HSET", MARK, "id", INC, "grace", "0")
 
-    def run_script(self, script, name, *args):
+    def run_script(self, script, name, *args, cost=None):
         """With the keys the broker passes (embed.passed: the lock key and
         the keys of no name). Fence counters start at B (unless a test set
         one), so that the fences the tests expect do not depend on Redis's
-        clock."""
+        clock. A dict cost gets the commands the script ran: name ->
+        calls."""
         path = os.path.join(LUA, script + ".lua")
         keys = [k[1:].join(["lockbroker:", ""]) if k.startswith("/") else
                 "lockbroker:{%s}%s" % (name, k) for k in embed.passed(path)]
         self.r("SET", "lockbroker:{%s}:fence" % name, B, "NX")
-        return self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
+        if cost is not None:
+            self.r("CONFIG", "RESETSTAT")
+        out = self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
+        if cost is not None:
+            for line in self.r("INFO", "commandstats").splitlines():
+                m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
+                if m and m.group(1).split("|")[0] not in ("eval", "config"):
+                    cost[m.group(1)] = int(m.group(2))
+        return out
 
     def acquire(self, name, token, ttl=10000, mark=0, inf=None, fill=0,
                 watch=0, clear=0, ticket="", least=0, live=700, inc=INC,
-                rid=""):
+                rid="", cost=None):
         return self.run_script(
             "acquire", name, token, ttl, mark, inf or info(), fill, watch,
-            clear, CH, name, ticket, least, live, inc, rid)
+            clear, CH, name, ticket, least, live, inc, rid, cost=cost)
 
-    def release(self, name, token, fence=0, done=1, broker=ME):
+    def release(self, name, token, fence=0, done=1, broker=ME, cost=None):
         """1 released, 0 not ours; a hand-over's list as it is."""
         r = self.run_script("release", name, token, CH, name, done, 1000,
                             fence, broker, 300, "lockbroker:to:", 700, INC,
-                            "")
+                            "", cost=cost)
         return r[0] if len(r) == 1 else r
+
+    def plain(self, name):
+        """The fence a plain grant's value carries (lib/plain.lua), or
+        None."""
+        v = self.r("GET", "lockbroker:{%s}" % name).split()
+        return int(v[5]) if len(v) == 6 else None
 
     def subscribe(self):
         sub = Resp(self.redis.port)
@@ -97,8 +112,10 @@ class Scripts(BrokerTest):
 
     def test_acquire_grant_regrant_refuse(self):
         self.assertEqual(self.acquire("a", "t1"), [1, f(1)])
-        self.assertEqual(self.r("GET", "lockbroker:{a}"), "t1 " + info())
+        self.assertEqual(self.r("GET", "lockbroker:{a}"),
+                         "t1 %s %d" % (info(), f(1)))
         self.assertEqual(self.acquire("a", "t1", ttl=5000), [1, f(1)])
+        self.assertEqual(self.r("GET", "lockbroker:{a}"), "t1 " + info())
         self.assertLessEqual(self.r("PTTL", "lockbroker:{a}"), 5000)
         r = self.acquire("a", "t2", mark=700)
         self.assertEqual(r[0], 0)
@@ -106,6 +123,80 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("EXISTS", "lockbroker:{a}:waiters"), 1)
         once = self.acquire("a", "t2")  # a try-once marks nothing
         self.assertEqual((once[0], once[2], once[3]), (0, f(1), 0))
+
+    def test_plain_release_is_compare_and_delete(self):
+        """A grant made while nobody waits carries its fence in the lock
+        key's value: its release is a GET and a DEL, and it still
+        compares the token and the fence."""
+        cost = {}
+        self.assertEqual(self.acquire("p", "t", cost=cost), [1, f(1)])
+        self.assertEqual(cost, {"hmget": 1, "time": 1, "exists": 1,
+                                "get": 1, "set": 2})
+        self.assertEqual(self.plain("p"), f(1))
+        self.assertEqual(self.release("p", "t", fence=f(2)), 0)
+        self.assertEqual(self.release("p", "u", fence=f(1)), 0)
+        cost = {}
+        self.assertEqual(self.release("p", "t", fence=f(1), cost=cost), 1)
+        self.assertEqual(cost, {"get": 1, "del": 1})
+        self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
+        # A counter gone meanwhile (by hand): the value's fence decides.
+        self.acquire("p", "t")
+        self.r("DEL", "lockbroker:{p}:fence")
+        self.assertEqual(self.release("p", "t", fence=f(2)), 1)
+        # WHO shows the entry, not the fence after it.
+        self.acquire("p", "t")
+        self.assertEqual(self.run_script("who", "p")[1],
+                         "%s %s" % (self.plain("p"), info()))
+
+    def test_waiters_take_the_fence_off(self):
+        """Every waiter that marks a name an exclusive holder holds makes
+        its release look for the marks: a waiter without a ticket is
+        announced, a ticket is handed the name, a FILL waiter's end is
+        marked done; a try-once marks nothing and leaves the fence."""
+        sub = self.subscribe()
+        ttl = lambda n: self.r("PTTL", "lockbroker:{%s}" % n)
+        self.acquire("w1", "h", ttl=60000)
+        self.assertEqual(self.acquire("w1", "x")[0], 0)  # WAIT 0
+        self.assertEqual(self.plain("w1"), f(1))
+        self.assertEqual(self.acquire("w1", "w", mark=700)[0], 0)
+        self.assertIsNone(self.plain("w1"))
+        self.assertGreater(ttl("w1"), 50000)  # the lease is kept
+        self.assertEqual(self.release("w1", "h", f(1)), 1)
+        self.assertEqual(sub._read(), ["message", CH, "w1"])
+        # A ticket.
+        self.acquire("w2", "h")
+        self.acquire("w2", "a", mark=700, ticket=ME + "#1", least=1)
+        self.assertIsNone(self.plain("w2"))
+        self.assertEqual(self.release("w2", "h", f(1)), [1, f(2), 1, "a"])
+        # A FILL waiter: the holder's release marks the work done.
+        self.acquire("w3", "h")
+        self.assertEqual(self.acquire("w3", "w", fill=1, mark=700)[0], 0)
+        self.assertIsNone(self.plain("w3"))
+        self.assertEqual(self.release("w3", "h", f(1)), 1)
+        self.assertEqual(self.r("GET", "lockbroker:{w3}:done"), str(f(1)))
+        self.assertEqual(sub._read(), ["message", CH, "w3"])
+        # A reader, with a ticket and without.
+        for tk in ("", ME + "#2"):
+            self.acquire("w4", "h")
+            self.assertEqual(self.share("w4", "r", "SHARED", 0, ticket=tk,
+                                        least=2)[0], 0)
+            self.assertIsNone(self.plain("w4"))
+            self.assertEqual(self.release("w4", "h", self.r(
+                "GET", "lockbroker:{w4}:fence")), 1)
+            if tk == "":
+                self.assertEqual(sub._read(), ["message", CH, "w4"])
+            self.r("DEL", "lockbroker:{w4}:waiters", "lockbroker:{w4}:queue")
+        # Marks already there: the grant is not plain.
+        self.r("SET", "lockbroker:{w5}:waiters", "1", "PX", 60000)
+        self.assertEqual(self.acquire("w5", "h")[0], 1)
+        self.assertIsNone(self.plain("w5"))
+        self.assertEqual(self.release("w5", "h"), 1)
+        self.assertEqual(sub._read(), ["message", CH, "w5"])
+        self.r("SET", "lockbroker:{w6}:fill", "1", "PX", 60000)
+        self.assertEqual(self.acquire("w6", "h")[0], 1)
+        self.assertIsNone(self.plain("w6"))
+        self.assertEqual(self.release("w6", "h"), 1)
+        self.assertEqual(self.r("GET", "lockbroker:{w6}:done"), str(f(1)))
 
     def test_acquire_corrupt_counter_leaves_nothing(self):
         self.r("SET", "lockbroker:{c}:fence", "abc")
@@ -405,6 +496,18 @@ class Scripts(BrokerTest):
                                       least=1)[0], -2)
         self.assertEqual(self.r("ZRANGE", "lockbroker:{g}:queue", 0, -1),
                          [ME + "#3"])
+        # A plain grant's holder, waited for meanwhile, looks for the
+        # marks when it goes (a reader's ticket too).
+        self.r("SET", "lockbroker:{gp}", "h %s %d" % (info(), f(1)),
+               "PX", 60000)
+        self.assertEqual(self.acquire("gp", "w", mark=700, ticket=ME + "#4",
+                                      least=4)[0], -2)
+        self.assertIsNone(self.plain("gp"))
+        self.r("SET", "lockbroker:{gr}", "h %s %d" % (info(), f(1)),
+               "PX", 60000)
+        self.assertEqual(self.share("gr", "r", "SHARED", 0, ticket=ME + "#5",
+                                    least=5)[0], -2)
+        self.assertIsNone(self.plain("gr"))
         self.r("DEL", "lockbroker:{g}:queue", "lockbroker:{g}:tickets",
                "lockbroker:{g}:brokers")
         share = self.run_script("share", "g", "t", 1000, 0, info("SHARED"),
