@@ -62,12 +62,14 @@ if ARGV[6] ~= '0' then
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
-if not closed and redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[12]) == 0 then
-  -- Nobody waits: a plain grant (lib/plain.lua), or the slow path below.
+if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then
+  -- Nobody waits (fill is set only with waiters): a plain grant
+  -- (lib/plain.lua), or the slow path below.
   local f = fence_of(KEYS[2], clock)
-  if type(f) == 'number' and redis.call('SET', KEYS[1],
-      val .. ' ' .. string.format('%d', f), 'NX', 'PX', ARGV[2]) then
-    set_fence(KEYS[2], f, ARGV[2])
+  local fs = type(f) == 'number' and string.format('%d', f)
+  if fs and redis.call('SET', KEYS[1], val .. ' ' .. fs, 'NX', 'PX',
+      ARGV[2]) then
+    redis.call('SET', KEYS[2], fs, 'PX', tonumber(ARGV[2]) + 86400000)
     if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
     return {1, f}
   end
@@ -160,7 +162,7 @@ if holds then
       string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  keep_fence(KEYS[2], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 86400000) -- fence.lua
   qdrop(KEYS[3], KEYS[4], tk)
   return {1, tonumber(fs)}
 end

@@ -8,14 +8,15 @@
 -- numbers, and a counter at or above 2^53 is refused, as one that is not
 -- an integer is. fence_of(k, t) reads the counter and gives the next
 -- fence without writing it; next_fence(k, t, ttl) also writes it back
--- (set_fence) with one SET that keeps it: the counter is only needed
--- while a grant may still be compared with it, so it lives a day past the
--- lease ttl (ms) just set (a release, renewal and VALIDATE may read it;
--- keep_fence does the same for a lease renewed), and the names nobody
--- uses any more leave nothing in Redis; a counter gone gives the clock's
--- fence, above it by then. t: a TIME this script read already (the clock
--- only has to be read in the same script as the counter), or nil. Both
--- return the fence, or an error reply, having changed nothing else.
+-- with one SET that keeps it (a plain grant in acquire.lua writes it
+-- itself, as here): the counter is only needed while a grant may still be
+-- compared with it, so it lives a day past the lease ttl (ms) just set (a
+-- release, renewal and VALIDATE may read it; a renewal keeps it as long),
+-- and the names nobody uses any more leave nothing in Redis; a counter
+-- gone gives the clock's fence, above it by then. t: a TIME this script
+-- read already (the clock only has to be read in the same script as the
+-- counter), or nil. Both return the fence, or an error reply, having
+-- changed nothing else.
 local function fence_of(k, t)
   local c = redis.pcall('GET', k)
   if type(c) == 'table' then return c end
@@ -32,14 +33,11 @@ local function fence_of(k, t)
   if f < now then f = now end
   return f
 end
-local function set_fence(k, f, ttl)
-  redis.call('SET', k, string.format('%d', f), 'PX', tonumber(ttl) + 86400000)
-end
 local function next_fence(k, t, ttl)
   local f = fence_of(k, t)
-  if type(f) == 'number' then set_fence(k, f, ttl) end
+  if type(f) == 'number' then
+    redis.call('SET', k, string.format('%d', f), 'PX',
+      tonumber(ttl) + 86400000)
+  end
   return f
-end
-local function keep_fence(k, ttl)
-  redis.call('PEXPIRE', k, tonumber(ttl) + 86400000)
 end
