@@ -172,6 +172,10 @@ class Scripts(BrokerTest):
         self.acquire("w3", "h")
         self.assertEqual(self.acquire("w3", "w", fill=1, mark=700)[0], 0)
         self.assertIsNone(self.plain("w3"))
+        # :fill is set only with :waiters, as long (the fast path and a
+        # plain release ask for :waiters alone).
+        self.assertLessEqual(self.r("PTTL", "lockbroker:{w3}:fill"),
+                             self.r("PTTL", "lockbroker:{w3}:waiters"))
         self.assertEqual(self.release("w3", "h", f(1)), 1)
         self.assertEqual(self.r("GET", "lockbroker:{w3}:done"), str(f(1)))
         self.assertEqual(sub._read(), ["message", CH, "w3"])
