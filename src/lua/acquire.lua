@@ -3,11 +3,13 @@
 -- SET NX PX and the next fence (lib/fence.lua) in one script, so a grant
 -- and its fence can never be split, and two grants can never share a
 -- fence. The holder's fence is the counter's value: nothing moves it
--- while the key exists. A counter that is not an integer fails next_fence:
--- the SET is undone, so no grant is left that nobody was told of. The key's value is
--- the token and the holder's WHO entry (info); shared holders keep the key
--- at "=shared", so while nobody queues (no queue key) the SET NX of a free
--- name is all an uncontended grant costs.
+-- while the key exists. A counter that is not an integer fails the fence
+-- before a plain grant's SET, or undoes the SET after the others', so no
+-- grant is left that nobody was told of. The key's value is the token and
+-- the holder's WHO entry (info), and a plain grant's fence after them
+-- (lib/plain.lua); shared holders keep the key at "=shared", so while
+-- nobody waits (no queue or waiters key) the SET NX of a free name and
+-- its fence are all an uncontended grant costs.
 --
 -- Waiting is one queue for every broker (lib/tickets.lua): a waiter's
 -- try carries its ticket, which takes its place at its first refusal; a
@@ -38,7 +40,6 @@
 -- takes its place in the queue, so the order of waiters survives it.
 --
 -- KEYS: lock fence queue tickets brokers waiters holders who writer /incarnation done fill
---   (an exclusive ACQUIRE passes the first ten: it never reaches done, fill)
 -- ARGV: token, ttl (ms), mark (ms; 0: a try-once), info ("<mode> <broker>
 --   <client> <since_ms>"), fill (0/1), watch (a leader's fence, or 0),
 --   clear (0/1), channel, name, ticket ("<broker>#<n>", or "" for none),
