@@ -70,7 +70,7 @@ if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then
   local fs = type(f) == 'number' and string.format('%d', f)
   if fs and redis.call('SET', KEYS[1], val .. ' ' .. fs, 'NX', 'PX',
       ARGV[2]) then
-    redis.call('SET', KEYS[2], fs, 'PX', tonumber(ARGV[2]) + 86400000)
+    redis.call('SET', KEYS[2], fs, 'PX', tonumber(ARGV[2]) + 86400000) -- fence.lua
     if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
     return {1, f}
   end
