@@ -99,11 +99,13 @@ local function refuse(pt, f, w)
   if tk ~= '' then w = 0 end -- its place keeps later readers out
   if ARGV[3] ~= '0' then
     unplain(KEYS[1], v)
-    -- A ticket needs no announcement: a release hands the name to it.
-    if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
+    -- :fill before :waiters, so that it never outlives them (the fast
+    -- path and a plain release look for :waiters alone).
     if ARGV[5] == '1' then
       redis.call('SET', KEYS[12], '1', 'PX', ARGV[3])
     end
+    -- A ticket needs no announcement: a release hands the name to it.
+    if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
     if w == 1 then
       redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
     end
