@@ -50,6 +50,7 @@ LOCKDB_SCRIPT(who, WHO);
 LOCKDB_SCRIPT(check, CHECK);
 LOCKDB_SCRIPT(revoke, REVOKE);
 LOCKDB_SCRIPT(incarnation, INCARNATION);
+LOCKDB_SCRIPT(batch, BATCH); /* acquire's and release's calls, batched */
 
 enum lockdb_op {
 	LDB_ACQUIRE,
@@ -927,6 +928,15 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 		lockdb_chaos_no_clock(&lockdb_lua_acquire);
 		lockdb_chaos_no_clock(&lockdb_lua_share);
 		lockdb_chaos_no_clock(&lockdb_lua_release);
+	}
+	/* A chaos fault breaks the scripts a call names; batch runs them
+	 * unbroken, so no batch then. */
+	if (chaos_fault == CHAOS_NONE) {
+		lockdb_lua_acquire.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_acquire.rs.batch_op = 1;
+		lockdb_lua_release.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_release.rs.batch_op = 2;
+		redisc_script_add(&lockdb_lua_batch.rs);
 	}
 	redisc_script_add(&lockdb_lua_acquire.rs);
 	redisc_script_add(&lockdb_lua_share.rs);

@@ -25,6 +25,7 @@
 #include "xmalloc.h"
 
 #define REDISC_MAX_SCRIPTS 16
+#define REDISC_BATCH_MAX 64 /* calls in one batch */
 /* A script's keys and arguments, and its key count. */
 #define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
@@ -38,6 +39,7 @@ struct redisc_req {
 	bool answered;	  /* cb has run; a late reply is only freed */
 	bool retried;	  /* NOSCRIPT was answered by EVAL once already */
 	struct redisc_script *script;
+	int nkeys;    /* a script's: argv[3..3+nkeys) */
 	int argc;     /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;  /* into this same allocation, after the struct */
 	size_t *lens; /* likewise */
@@ -95,7 +97,17 @@ static struct {
 	int npool;
 	struct redisc_script *scripts[REDISC_MAX_SCRIPTS];
 	int nscripts;
+	/* Calls of batched scripts this turn, in flight but not sent. */
+	struct redisc_req *batch[REDISC_BATCH_MAX];
+	int nbatch;
+	struct event *batch_ev; /* made active: send them */
 } rc;
+
+/* The calls one batch carries, answered from its one reply. */
+struct redisc_batch {
+	int n;
+	struct redisc_req *call[];
+};
 
 static void redisc_schedule_reconnect(struct redisc_conn *conn);
 static void redisc_set_up(struct redisc_conn *conn, bool up);
@@ -232,7 +244,7 @@ static int
 redisc_write(
     struct redisc_req *req, int argc, char *const *argv, const size_t *lens)
 {
-	static char buf[4096];
+	static char buf[65536]; /* a batch of calls fits */
 	size_t len = resp_format(buf, sizeof buf, argc, argv, lens);
 	int rv;
 
@@ -344,11 +356,14 @@ redisc_req_new(int n, const char *const *args, const size_t *lens,
 }
 
 static void redisc_submit(struct redisc_req *req);
+static void redisc_track(struct redisc_req *req);
+static void redisc_flush(void);
 
 void
 redisc_command(int n, const char *const *args, const size_t *lens,
     redisc_cb *cb, void *arg)
 {
+	redisc_flush();
 	redisc_submit(redisc_req_new(n, args, lens, cb, arg));
 }
 
@@ -371,24 +386,180 @@ redisc_eval(struct redisc_script *script, int nkeys, int n,
 	}
 	req = redisc_req_new(n + 1, argv, alens, cb, arg);
 	req->script = script;
-	redisc_submit(req);
+	req->nkeys = nkeys;
+	if (script->batch == NULL || !rc.cmd.up) {
+		redisc_flush();
+		redisc_submit(req);
+		return;
+	}
+	if (rc.nbatch == REDISC_BATCH_MAX)
+		redisc_flush();
+	redisc_track(req);
+	rc.batch[rc.nbatch++] = req;
+	if (rc.nbatch == 1)
+		event_active(rc.batch_ev, EV_TIMEOUT, 1);
+}
+
+/* In flight from now, with its deadline (not sent yet). */
+static void
+redisc_track(struct redisc_req *req)
+{
+	req->sent_us = mono_us();
+	req->deadline_ms =
+	    req->sent_us / 1000 + (uint64_t)rc.cf->command_timeout_ms;
+	TAILQ_INSERT_TAIL(&rc.inflight, req, entry);
+	if (!evtimer_pending(rc.timeout_ev, NULL))
+		redisc_arm_timeout();
+}
+
+/* Sent, or failed from the loop: never answered from inside the caller,
+ * which may hold state. */
+static void
+redisc_send_tracked(struct redisc_req *req)
+{
+	if (redisc_send(req, true) != 0)
+		redisc_fail_later(req);
 }
 
 /* In flight from now, with its deadline; failed from the loop if unsent. */
 static void
 redisc_submit(struct redisc_req *req)
 {
-	req->sent_us = mono_us();
-	req->deadline_ms =
-	    req->sent_us / 1000 + (uint64_t)rc.cf->command_timeout_ms;
-	TAILQ_INSERT_TAIL(&rc.inflight, req, entry);
-	if (redisc_send(req, true) != 0) {
-		/* Never answered from inside the caller: it may hold state. */
-		redisc_fail_later(req);
-		return;
+	redisc_track(req);
+	redisc_send_tracked(req);
+}
+
+/* A batch's reply: each call gets its own element (or the batch's error,
+ * or NULL). */
+static void
+redisc_batch_cb(const redisReply *reply, void *arg)
+{
+	struct redisc_batch *b = arg;
+	bool each = reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+	    reply->elements == (size_t)b->n;
+
+	if (reply != NULL && reply->type != REDIS_REPLY_ERROR && !each)
+		log_warnx(
+		    "redis: a batch of %d calls had a malformed reply", b->n);
+	for (int i = 0; i < b->n; i++) {
+		struct redisc_req *call = b->call[i];
+		const redisReply *r = each ? reply->element[i] : NULL;
+
+		if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+			r = reply;
+		call->answered = true;
+		call->cb(r, call->arg);
+		redisc_req_free(call);
 	}
-	if (!evtimer_pending(rc.timeout_ev, NULL))
-		redisc_arm_timeout();
+	free(b);
+}
+
+/*
+ * n calls of scripts with the same batch and the same keys after the
+ * first, as one call of it: KEYS are each call's first key, then the
+ * others; ARGV n, then for each call its script's number in the batch,
+ * how many arguments it has, and those.
+ */
+static void
+redisc_batch_send(struct redisc_req **call, int n)
+{
+	struct redisc_script *batch = call[0]->script->batch;
+	int rest = call[0]->nkeys - 1, argc = 0, max = 2 + n + rest;
+	char num[REDISC_BATCH_MAX * 2 + 2][UTIL_U64_LEN];
+	struct redisc_batch *b;
+	struct redisc_req *req;
+	const char **argv;
+	size_t *lens;
+	int k = 0;
+
+	for (int i = 0; i < n; i++)
+		max += call[i]->argc;
+	argv = xcalloc((size_t)max, sizeof *argv);
+	lens = xcalloc((size_t)max, sizeof *lens);
+	lens[argc] = util_u64str(num[k], (uint64_t)(n + rest));
+	argv[argc++] = num[k++];
+	for (int i = 0; i < n; i++) {
+		lens[argc] = call[i]->lens[3];
+		argv[argc++] = call[i]->argv[3];
+	}
+	for (int j = 0; j < rest; j++) {
+		lens[argc] = call[0]->lens[4 + j];
+		argv[argc++] = call[0]->argv[4 + j];
+	}
+	lens[argc] = util_u64str(num[k], (uint64_t)n);
+	argv[argc++] = num[k++];
+	for (int i = 0; i < n; i++) {
+		struct redisc_req *c = call[i];
+		int first = 3 + c->nkeys;
+
+		lens[argc] = util_u64str(num[k], (uint64_t)c->script->batch_op);
+		argv[argc++] = num[k++];
+		lens[argc] = util_u64str(num[k], (uint64_t)(c->argc - first));
+		argv[argc++] = num[k++];
+		for (int j = first; j < c->argc; j++) {
+			lens[argc] = c->lens[j];
+			argv[argc++] = c->argv[j];
+		}
+		TAILQ_REMOVE(&rc.inflight, c, entry);
+	}
+	stats[STAT_redis_batched_total] += n;
+	b = xmalloc(sizeof *b + (size_t)n * sizeof b->call[0]);
+	b->n = n;
+	memcpy(b->call, call, (size_t)n * sizeof b->call[0]);
+	req = redisc_req_new(argc, argv, lens, redisc_batch_cb, b);
+	req->script = batch;
+	req->nkeys = n + rest;
+	free(argv);
+	free(lens);
+	redisc_submit(req);
+}
+
+/* Whether call c may go in one batch with first. */
+static bool
+redisc_batch_fits(const struct redisc_req *first, const struct redisc_req *c)
+{
+	if (c->script->batch != first->script->batch ||
+	    c->nkeys != first->nkeys)
+		return false;
+	for (int j = 4; j < 3 + c->nkeys; j++)
+		if (c->lens[j] != first->lens[j] ||
+		    memcmp(c->argv[j], first->argv[j], c->lens[j]) != 0)
+			return false;
+	return true;
+}
+
+/* Send this turn's calls of batched scripts, in order: a run of calls
+ * that fit in one batch as one call, a call alone as itself. */
+static void
+redisc_flush(void)
+{
+	struct redisc_req *call[REDISC_BATCH_MAX];
+	int n = 0, from = 0;
+
+	for (int i = 0; i < rc.nbatch; i++) {
+		if (rc.batch[i]->answered) /* while not sent: redisc_stop */
+			redisc_req_free(rc.batch[i]);
+		else
+			call[n++] = rc.batch[i];
+	}
+	rc.nbatch = 0;
+	while (from < n) {
+		int to = from + 1;
+
+		while (to < n && redisc_batch_fits(call[from], call[to]))
+			to++;
+		if (to - from == 1)
+			redisc_send_tracked(call[from]);
+		else
+			redisc_batch_send(call + from, to - from);
+		from = to;
+	}
+}
+
+static void
+redisc_batch_ev_cb(evutil_socket_t fd, short what, void *arg)
+{
+	redisc_flush();
 }
 
 void
@@ -484,9 +655,6 @@ redisc_cmd_setup(redisAsyncContext *ac)
 	redisc_queue_auth(ac);
 	if (rc.cf->db != 0)
 		redisc_setup_command(ac, "SELECT", "SELECT %d", rc.cf->db);
-	for (int i = 0; i < rc.nscripts; i++)
-		redisAsyncCommand(ac, redisc_script_loaded_cb, rc.scripts[i],
-		    "SCRIPT LOAD %s", rc.scripts[i]->body);
 }
 
 /*
@@ -625,6 +793,11 @@ redisc_conn_ready(struct redisc_conn *conn)
 	conn->attempts = 0;
 	if (conn != &rc.cmd)
 		return;
+	/* Not before AUTH is answered: unauthenticated, Redis takes a
+	 * script longer than 16 KiB (batch.lua) for a protocol error. */
+	for (int i = 0; i < rc.nscripts; i++)
+		redisAsyncCommand(conn->ac, redisc_script_loaded_cb,
+		    rc.scripts[i], "SCRIPT LOAD %s", rc.scripts[i]->body);
 	rc.cmd_last_reply_ms = mono_ms();
 	STAT_INC(redis_connects_total);
 	if (rc.up_cb != NULL)
@@ -884,6 +1057,9 @@ redisc_init(struct event_base *base, const struct config_redis *cf)
 	if ((rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL)) ==
 	    NULL)
 		fatalx("redisc: evtimer_new failed");
+	if ((rc.batch_ev = event_new(base, -1, 0, redisc_batch_ev_cb, NULL)) ==
+	    NULL)
+		fatalx("redisc: event_new failed");
 }
 
 static void
@@ -905,6 +1081,13 @@ void
 redisc_stop(void)
 {
 	rc.stopping = true;
+	for (int i = 0; i < rc.nbatch; i++) { /* never sent */
+		if (!rc.batch[i]->answered)
+			redisc_answer(rc.batch[i], NULL);
+		redisc_req_free(rc.batch[i]);
+	}
+	rc.nbatch = 0;
+	event_free(rc.batch_ev);
 	redisc_conn_close(&rc.sent);
 	redisc_conn_close(&rc.sub);
 	redisc_conn_close(&rc.cmd);

@@ -26,6 +26,15 @@ struct redisc_script {
 	const char *name; /* for logs */
 	const char *body;
 	char sha[41]; /* learnt from SCRIPT LOAD; "" until then */
+	/*
+	 * Calls of this script made in one turn of the loop go to Redis as
+	 * one call of batch, which runs call i as its script number
+	 * batch_op with KEYS[i] and the first call's other keys, then its
+	 * arguments (src/lua/batch.lua); each call still gets its own reply.
+	 * NULL: each call on its own.
+	 */
+	struct redisc_script *batch;
+	int batch_op;
 };
 
 /*
@@ -54,7 +63,10 @@ bool redisc_idle(void);
 
 /*
  * Run script with nkeys keys followed by the other arguments (args[0..n)).
- * The arguments are copied.
+ * The arguments are copied. A script with a batch is sent at the end of
+ * the turn, with the other calls of batched scripts made meanwhile; any
+ * other request sends those first, so Redis runs every request in the
+ * order it was made.
  */
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);

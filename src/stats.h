@@ -43,6 +43,8 @@
 	    "1 while the Redis command connection is up (and Redis's "         \
 	    "incarnation of the lock data known)")                             \
 	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
+	X(redis_batched_total, COUNTER,                                        \
+	    "script calls sent in one request with others (a batch)")          \
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
 	X(redis_connects_total, COUNTER, "successful Redis connections")

@@ -16,13 +16,23 @@ script is the line of its .lua file: Redis's "user_script:N" in an error
 is line N of the file. For each script x.lua the header defines
 LUA_X_FILE, LUA_X_BODY, LUA_X_NKEYS and LUA_X_KEYS (an initializer of the
 passed keys' suffixes, in order). tests/e2e/test_scripts.py imports
-expand() and passed() to run the same text."""
+expand() and passed() to run the same text.
+
+A line "-- wrap <script>.lua as <fn>" (batch.lua) is replaced by that
+script's text as Redis runs it, as the body of "local function <fn>(i,
+o)" whose KEYS[1] is KEYS[i], other KEYS[j] KEYS[n + j - 1] and ARGV[j]
+ARGV[o + j] (wrapped()), so one call can run it for many names. The library
+files that only define functions (they name no KEYS or ARGV) are defined
+once, before the first such function, and not again in each: a call
+makes their functions once, not once per name."""
 
 import os
 import re
 import sys
 
 INCLUDE = re.compile(r"^\s*--\s*include\s+(\S+)\s*$")
+WRAP = re.compile(r"^\s*--\s*wrap\s+(\S+)\s+as\s+(\w+)\s*$")
+HOISTED = "\0hoisted\0"
 KEYS = re.compile(r"^--\s*KEYS:\s*(.*)$")
 
 
@@ -40,16 +50,54 @@ def squash(path):
     return " ".join(code)
 
 
-def expand(path):
-    """The script's text as Redis runs it."""
+def defines_only(path):
+    """Whether a library file only defines functions (names no KEYS or
+    ARGV): it may be defined once for many names."""
+    code = squash(path)
+    return (code.startswith("local function ") and
+            not re.search(r"\b(KEYS|ARGV)\b", code))
+
+
+def expand(path, hoisted=None):
+    """The script's text as Redis runs it. hoisted: the library files
+    defined once before a wrapped script (a list it adds to); their
+    include lines are left empty."""
     lib = os.path.join(os.path.dirname(path), "lib")
-    out = []
+    out, wraps = [], []
     with open(path) as f:
         for line in f:
-            m = INCLUDE.match(line)
-            out.append(squash(os.path.join(lib, m.group(1))) + "\n"
-                       if m else line)
-    return derive("".join(out), keys(path), path)
+            m, w = INCLUDE.match(line), WRAP.match(line)
+            if m and hoisted is not None and defines_only(
+                    os.path.join(lib, m.group(1))):
+                if m.group(1) not in hoisted:
+                    hoisted.append(m.group(1))
+                out.append("\n")
+            elif m:
+                out.append(squash(os.path.join(lib, m.group(1))) + "\n")
+            elif w:
+                wraps.append(w.groups())
+                out.append(HOISTED if len(wraps) == 1 else "")
+            else:
+                out.append(line)
+    text = derive("".join(out), keys(path), path)
+    if not wraps:
+        return text
+    hoisted, fns = [], []
+    for script, fn in wraps:
+        body = expand(os.path.join(os.path.dirname(path), script), hoisted)
+        fns.append("local function %s(i, o)\n%send\n" % (fn, wrapped(body)))
+    libs = "".join(squash(os.path.join(lib, h)) + "\n" for h in hoisted)
+    return text.replace(HOISTED, libs + "".join(fns))
+
+
+def wrapped(body):
+    """A script's text as the body of a batch's function of (i, o): its
+    KEYS are call i's lock key, KEYS[i], and then the keys of no name
+    every call shares, after the n calls' lock keys; its ARGV[j] is
+    ARGV[o + j]. No table is made for a call."""
+    body = re.sub(r"KEYS\[(\d+)\]", lambda m: "KEYS[i]" if m.group(1) == "1"
+                  else "KEYS[n + %d]" % (int(m.group(1)) - 1), body)
+    return re.sub(r"ARGV\[(\d+)\]", r"ARGV[o + \1]", body)
 
 
 def derive(text, declared, path):

@@ -1,8 +1,10 @@
 """Pipelined requests are answered in order, one reply each."""
 
 import re
+import signal
+import time
 
-from lbtest import BrokerTest, main
+from lbtest import LATE, BrokerTest, main, wait_for
 
 
 class Pipeline(BrokerTest):
@@ -48,6 +50,47 @@ class Pipeline(BrokerTest):
         a.sock.sendall(b"PING\n" * 10000)
         for _ in range(10000):
             self.assertEqual(a.line(), "PONG")
+
+    def test_one_turns_acquires_and_releases_go_in_one_batch(self):
+        """Requests from many clients read in one turn go to Redis as one
+        batch (docs/protocol.md §8, Batches), and each is answered as if
+        it had gone alone: grants, a refusal, a release that is not
+        ours, and releases."""
+        holder = self.client()
+        self.assertRegex(holder.cmd("ACQUIRE busy"), r"^OK ")
+        cs = [self.client() for _ in range(24)]
+        for c in cs:
+            self.assertEqual(c.cmd("PING"), "PONG")
+        before = int(self.broker.info()["redis_batched_total"])
+
+        def one_turn(lines):
+            # Stopped, the broker finds every line there when it wakes.
+            self.broker.proc.send_signal(signal.SIGSTOP)
+            try:
+                for c, line in zip(cs, lines):
+                    c.send(line + "\n")
+                time.sleep(0.05 * LATE)
+            finally:
+                self.broker.proc.send_signal(signal.SIGCONT)
+            return [c.line() for c in cs]
+
+        grants = one_turn(["ACQUIRE b%d WAIT 0" % i for i in range(22)] +
+                          ["ACQUIRE busy WAIT 0",
+                           "RELEASE busy TOKEN 0123456789abcdef"])
+        for reply in grants[:22]:
+            self.assertRegex(reply, r"^OK \d+ 10000 [0-9a-f]{32}$")
+        self.assertEqual(grants[22], "TIMEOUT")
+        self.assertRegex(grants[23], r"^ERR NOTHELD the lock is not held ")
+        self.assertGreater(int(self.broker.info()["redis_batched_total"]),
+                           before + 1)
+        for i in range(22):
+            self.assertIsNotNone(self.redis("GET", "lockbroker:{b%d}" % i))
+        self.assertEqual(one_turn(["RELEASE b%d" % i for i in range(22)] +
+                                  ["PING", "LOCKS"]), ["OK"] * 22 +
+                         ["PONG", "END"])
+        for i in range(22):
+            self.assertIsNone(self.redis("GET", "lockbroker:{b%d}" % i))
+        self.assertRegex(holder.cmd("RELEASE busy"), r"^OK$")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,28 @@ class Scripts(BrokerTest):
         self.addCleanup(self.r.close)
         # The seeded marker (lbtest.Redis), under the tests' own id.
         self.r("HSET", MARK, "id", INC, "grace", "0")
+        self.calls = None
+
+    def batched(self, *steps):
+        """Each step (a function that makes calls with acquire() and
+        release()) made, then all their calls run as one call of
+        batch.lua, as the broker sends one turn's calls: their replies,
+        in order (a release's as release() gives it)."""
+        self.calls = []
+        for step in steps:
+            step()
+        calls, self.calls = self.calls, None
+        keys = [k[0] for _, k, _ in calls] + calls[0][1][1:]
+        argv = [len(calls)]
+        for script, k, args in calls:
+            self.assertEqual(k[1:], calls[0][1][1:])
+            argv += [{"acquire": 1, "release": 2}[script], len(args)]
+            argv += list(args)
+        out = self.r("EVAL", embed.expand(os.path.join(LUA, "batch.lua")),
+                     len(keys), *keys, *argv)
+        self.assertEqual(len(out), len(calls))
+        return [r[0] if s == "release" and isinstance(r, list) and
+                len(r) == 1 else r for (s, _, _), r in zip(calls, out)]
 
     def run_script(self, script, name, *args, cost=None):
         """With the keys the broker passes (embed.passed: the lock key and
@@ -52,6 +74,9 @@ class Scripts(BrokerTest):
         keys = [k[1:].join(["lockbroker:", ""]) if k.startswith("/") else
                 "lockbroker:{%s}%s" % (name, k) for k in embed.passed(path)]
         self.r("SET", "lockbroker:{%s}:fence" % name, B, "NX")
+        if self.calls is not None:  # batched(): run later, in one call
+            self.calls.append((script, keys, args))
+            return None
         if cost is not None:
             self.r("CONFIG", "RESETSTAT")
         out = self.r("EVAL", embed.expand(path), len(keys), *keys, *args)
@@ -74,7 +99,7 @@ class Scripts(BrokerTest):
         r = self.run_script("release", name, token, CH, name, done, 1000,
                             fence, broker, 300, "lockbroker:to:", 700, INC,
                             "", cost=cost)
-        return r[0] if len(r) == 1 else r
+        return r[0] if r is not None and len(r) == 1 else r
 
     def plain(self, name):
         """The fence a plain grant's value carries (lib/plain.lua), or
@@ -590,6 +615,72 @@ class Scripts(BrokerTest):
                 self.assertEqual(g[1], old)       # the same grant
             else:
                 self.assertGreaterEqual(g[1], now_us)
+
+    def batch_steps(self, p):
+        """Calls on names p + "x" and p + "y": grants, refusals, a ticket
+        handed the name by a release, a release that is not ours, and a
+        release then a grant of one name."""
+        x, y = p + "x", p + "y"
+        return [
+            lambda: self.acquire(x, "h"),
+            lambda: self.acquire(x, "o"),  # WAIT 0
+            lambda: self.acquire(x, "w", mark=700, ticket=ME + "#1",
+                                 least=1),
+            lambda: self.release(x, "h", f(1)),
+            lambda: self.acquire(y, "h", ttl=60000),
+            lambda: self.release(y, "nobody"),
+            lambda: self.release(y, "h", f(1)),
+            lambda: self.acquire(y, "h2"),
+            lambda: self.acquire(y, "h3", fill=1, mark=700),
+        ]
+
+    def test_batch_answers_each_call_as_alone(self):
+        """batch.lua runs the calls of one turn in order, each with its
+        own script's text: the same replies, and the same keys after, as
+        the same calls made one by one."""
+        alone = [step() for step in self.batch_steps("a")]
+        self.assertEqual(alone[0], [1, f(1)])
+        self.assertEqual(alone[3], [1, f(2), 1, "w"])
+        self.assertEqual(alone[7], [1, f(2)])
+        # (a refusal's "look again in" in whole seconds: time passed)
+        sec = lambda rs: [[0, round(r[1] / 1000)] + r[2:] if isinstance(
+            r, list) and len(r) == 5 else r for r in rs]
+        self.assertEqual(sec(self.batched(*self.batch_steps("b"))),
+                         sec(alone))
+        for suffix in ("", ":fence", ":queue", ":tickets", ":waiters",
+                       ":fill"):
+            for n in ("x", "y"):
+                a, b = ("lockbroker:{%s%s}%s" % (p, n, suffix)
+                        for p in "ab")
+                self.assertEqual(self.r("TYPE", a), self.r("TYPE", b), b)
+                if self.r("TYPE", a) == "string":
+                    self.assertEqual(self.r("GET", a), self.r("GET", b), b)
+                self.assertEqual(self.r("PTTL", a) > 0,
+                                 self.r("PTTL", b) > 0, b)
+
+    def test_batch_gate_and_errors(self):
+        """One gate for the batch: with another incarnation every grant in
+        it waits. A call whose command fails (a key of another type) has
+        the error as its reply; the calls after it still run."""
+        self.r("HSET", MARK, "id", "another")
+        self.assertEqual(self.batched(lambda: self.acquire("g1", "t"),
+                                      lambda: self.acquire("g2", "t")),
+                         [[-1, 0], [-1, 0]])
+        self.r("HSET", MARK, "id", INC)
+        # The gate's answer is per incarnation asked (the broker learnt
+        # a new one between two calls of a turn).
+        self.assertEqual(self.batched(
+            lambda: self.acquire("g3", "t", inc="older"),
+            lambda: self.acquire("g4", "t")), [[-1, 0], [1, f(1)]])
+        self.r("HSET", "lockbroker:{e1}:queue", "a", "b")
+        out = self.batched(lambda: self.acquire("e0", "t"),
+                           lambda: self.acquire("e1", "t"),
+                           lambda: self.acquire("e2", "t"))
+        self.assertEqual(out[0], [1, f(1)])
+        self.assertIsInstance(out[1], RuntimeError)
+        self.assertIn("WRONGTYPE", str(out[1]))
+        self.assertEqual(out[2], [1, f(1)])
+        self.assertIsNone(self.r("GET", "lockbroker:{e1}"))
 
     def test_errors_name_the_lua_file_and_line(self):
         """Lines of a script are lines of its file (an include is joined

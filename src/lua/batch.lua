@@ -1,0 +1,44 @@
+-- batch: the acquire.lua and release.lua calls one turn of the broker's
+-- loop made, run as one call (issue 16), in the order they were made.
+--
+-- Each call runs the text of its own script unchanged (wrapped below as
+-- a function of where its keys and arguments are: embed.py names its
+-- KEYS[1] KEYS[i], its other keys the ones after the n lock keys, and its
+-- ARGV[j] ARGV[o + j]), so it decides exactly what it would have decided
+-- alone, and its reply is the one it would have had alone. What a batch
+-- saves is what a call costs besides its script's commands: the EVALSHA,
+-- the argument tables Redis makes, the functions of lib/ made again at
+-- each call (here once), and the incarnation gate's HMGET and TIME (here
+-- once for the calls that ask it the same: nothing a call does changes
+-- the marker, and a grant's fence from that TIME is still the counter + 1
+-- when two calls grant one name). A call whose commands raise an error
+-- (a key of another type) has that error as its reply; the calls after
+-- it still run.
+--
+-- KEYS: lock /incarnation
+--   (KEYS[1..n]: each call's lock key; then the keys of no name its
+--   script is passed, the same for every call)
+-- ARGV: n (how many calls), then for each call: its script (1: acquire,
+--   2: release), how many arguments it has, and those arguments
+-- Returns one reply for each call, in order.
+
+local n = tonumber(ARGV[1])
+-- wrap acquire.lua as acquire
+-- wrap release.lua as release
+local scripts = {acquire, release}
+local seen, once = nil, gate
+gate = function(k, inc, rid)
+  if not (seen and seen[1] == k and seen[2] == inc and seen[3] == rid) then
+    local closed, clock = once(k, inc, rid)
+    seen = {k, inc, rid, closed, clock}
+  end
+  return seen[4], seen[5]
+end
+local out, p = {}, 2
+for i = 1, n do
+  local ok, r = pcall(scripts[tonumber(ARGV[p])], i, p + 1)
+  if not ok and type(r) ~= 'table' then r = redis.error_reply(tostring(r)) end
+  out[i] = r
+  p = p + 2 + tonumber(ARGV[p + 1])
+end
+return out
