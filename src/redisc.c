@@ -514,12 +514,12 @@ redisc_batch_send(struct redisc_req **call, int n)
 	redisc_submit(req);
 }
 
-/* Whether call c may go in one batch with first. */
+/* Whether call c may go in one batch with first: the same script, and
+ * the same keys after the first. */
 static bool
 redisc_batch_fits(const struct redisc_req *first, const struct redisc_req *c)
 {
-	if (c->script->batch != first->script->batch ||
-	    c->nkeys != first->nkeys)
+	if (c->script != first->script || c->nkeys != first->nkeys)
 		return false;
 	for (int j = 4; j < 3 + c->nkeys; j++)
 		if (c->lens[j] != first->lens[j] ||
@@ -528,21 +528,13 @@ redisc_batch_fits(const struct redisc_req *first, const struct redisc_req *c)
 	return true;
 }
 
-/* Send this turn's calls of batched scripts, in order: a run of calls
- * that fit in one batch as one call, a call alone as itself. */
+/* Calls of one script: a run of calls that fit in one batch as one
+ * call, a call alone as itself. */
 static void
-redisc_flush(void)
+redisc_send_runs(struct redisc_req **call, int n)
 {
-	struct redisc_req *call[REDISC_BATCH_MAX];
-	int n = 0, from = 0;
+	int from = 0;
 
-	for (int i = 0; i < rc.nbatch; i++) {
-		if (rc.batch[i]->answered) /* while not sent: redisc_stop */
-			redisc_req_free(rc.batch[i]);
-		else
-			call[n++] = rc.batch[i];
-	}
-	rc.nbatch = 0;
 	while (from < n) {
 		int to = from + 1;
 
@@ -552,6 +544,79 @@ redisc_flush(void)
 			redisc_send_tracked(call[from]);
 		else
 			redisc_batch_send(call + from, to - from);
+		from = to;
+	}
+}
+
+/* Whether calls a and b name the same first key (a lock). */
+static bool
+redisc_same_key(const struct redisc_req *a, const struct redisc_req *b)
+{
+	return a->lens[3] == b->lens[3] &&
+	    memcmp(a->argv[3], b->argv[3], a->lens[3]) == 0;
+}
+
+/*
+ * Calls that commute (no two of different scripts name one key): each
+ * script's in batches of their own, the scripts in the order of their
+ * first call.
+ */
+static void
+redisc_send_phase(struct redisc_req **call, int n)
+{
+	struct redisc_req *group[REDISC_BATCH_MAX];
+
+	for (int i = 0; i < n; i++) {
+		const struct redisc_script *script;
+		int g = 0;
+
+		if (call[i] == NULL)
+			continue;
+		script = call[i]->script;
+		for (int j = i; j < n; j++)
+			if (call[j] != NULL && call[j]->script == script) {
+				group[g++] = call[j];
+				call[j] = NULL;
+			}
+		redisc_send_runs(group, g);
+	}
+}
+
+/*
+ * Send this turn's calls of batched scripts. A batch holds one script's
+ * calls: Redis checks a script against maxmemory only until its first
+ * write, and a release's DEL is one, so a batch of acquires after it
+ * would write into a full Redis that refuses each alone. Calls of
+ * different scripts on different keys commute, so each script's go
+ * together; a call on the key of an earlier call of another script
+ * sends everything before it first, so calls on one key keep their
+ * order.
+ */
+static void
+redisc_flush(void)
+{
+	struct redisc_req *call[REDISC_BATCH_MAX];
+	int n = 0, from = 0;
+
+	for (int i = 0; i < rc.nbatch; i++) {
+		if (rc.batch[i]->answered)
+			redisc_req_free(rc.batch[i]);
+		else
+			call[n++] = rc.batch[i];
+	}
+	rc.nbatch = 0;
+	while (from < n) {
+		int to = from + 1, k = from;
+
+		for (; to < n; to++) {
+			for (k = from; k < to; k++)
+				if (call[k]->script != call[to]->script &&
+				    redisc_same_key(call[k], call[to]))
+					break;
+			if (k < to)
+				break;
+		}
+		redisc_send_phase(call + from, to - from);
 		from = to;
 	}
 }
@@ -1080,17 +1145,24 @@ redisc_conn_close(struct redisc_conn *conn)
 void
 redisc_stop(void)
 {
+	struct redisc_req *held[REDISC_BATCH_MAX];
+	int nheld;
+
 	rc.stopping = true;
-	for (int i = 0; i < rc.nbatch; i++) { /* never sent */
-		if (!rc.batch[i]->answered)
-			redisc_answer(rc.batch[i], NULL);
-		redisc_req_free(rc.batch[i]);
-	}
-	rc.nbatch = 0;
-	event_free(rc.batch_ev);
 	redisc_conn_close(&rc.sent);
 	redisc_conn_close(&rc.sub);
 	redisc_conn_close(&rc.cmd);
+	/* Calls held for a batch were never sent. The command connection is
+	 * down now: a call their answers make is not held, it fails. */
+	nheld = rc.nbatch;
+	memcpy(held, rc.batch, (size_t)nheld * sizeof held[0]);
+	rc.nbatch = 0;
+	for (int i = 0; i < nheld; i++) {
+		if (!held[i]->answered)
+			redisc_answer(held[i], NULL);
+		redisc_req_free(held[i]);
+	}
+	event_free(rc.batch_ev);
 	event_free(rc.timeout_ev);
 	while (rc.pool != NULL) {
 		struct redisc_req *req = rc.pool;

@@ -64,9 +64,10 @@ bool redisc_idle(void);
 /*
  * Run script with nkeys keys followed by the other arguments (args[0..n)).
  * The arguments are copied. A script with a batch is sent at the end of
- * the turn, with the other calls of batched scripts made meanwhile; any
- * other request sends those first, so Redis runs every request in the
- * order it was made.
+ * the turn, with the other calls of that script made meanwhile (calls of
+ * two scripts on one first key, and any other request, send the calls
+ * made before them first), so Redis runs the calls on one key, and every
+ * other request, in the order they were made.
  */
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);

@@ -12,8 +12,11 @@
 -- once for the calls that ask it the same: nothing a call does changes
 -- the marker, and a grant's fence from that TIME is still the counter + 1
 -- when two calls grant one name). A call whose commands raise an error
--- (a key of another type) has that error as its reply; the calls after
--- it still run.
+-- (a key of another type) has that error as its reply, and a Lua error
+-- names the line of this text as Redis runs it (embed.py's expand()),
+-- not of its script; the calls after it still run. The broker sends one
+-- script's calls in a batch (redisc.c: Redis checks a script against
+-- maxmemory only until its first write).
 --
 -- KEYS: lock /incarnation
 --   (KEYS[1..n]: each call's lock key; then the keys of no name its
@@ -37,7 +40,15 @@ end
 local out, p = {}, 2
 for i = 1, n do
   local ok, r = pcall(scripts[tonumber(ARGV[p])], i, p + 1)
-  if not ok and type(r) ~= 'table' then r = redis.error_reply(tostring(r)) end
+  if not ok and type(r) ~= 'table' then
+    -- A command's error as it is ("OOM ..."); a Lua error's line is ours.
+    local e = tostring(r)
+    local line, what = string.match(e, '^user_script:(%d+): (.*)$')
+    if line then
+      e = 'ERR batch.lua as Redis runs it, line ' .. line .. ': ' .. what
+    end
+    r = redis.error_reply(e)
+  end
   out[i] = r
   p = p + 2 + tonumber(ARGV[p + 1])
 end

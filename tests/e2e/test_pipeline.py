@@ -92,6 +92,34 @@ class Pipeline(BrokerTest):
             self.assertIsNone(self.redis("GET", "lockbroker:{b%d}" % i))
         self.assertRegex(holder.cmd("RELEASE busy"), r"^OK$")
 
+    def test_a_full_redis_refuses_a_turns_grants(self):
+        """A batch holds one script's calls: Redis checks a script
+        against maxmemory only until its first write, so acquires batched
+        after a release's DEL would be granted by a full Redis that
+        refuses each of them alone."""
+        cs = [self.client() for _ in range(16)]
+        for i, c in enumerate(cs[::2]):
+            self.assertRegex(c.cmd("ACQUIRE x%d" % i), r"^OK ")
+        for c in cs[1::2]:
+            self.assertEqual(c.cmd("PING"), "PONG")
+        self.assertEqual(self.redis("CONFIG", "SET", "maxmemory", "1"), "OK")
+        self.addCleanup(self.redis, "CONFIG", "SET", "maxmemory", "0")
+        self.broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(8):
+                cs[2 * i].send("RELEASE x%d\n" % i)
+                cs[2 * i + 1].send("ACQUIRE y%d WAIT 0\n" % i)
+            time.sleep(0.05 * LATE)
+        finally:
+            self.broker.proc.send_signal(signal.SIGCONT)
+        for i in range(8):
+            self.assertEqual(cs[2 * i].line(), "OK")
+            self.assertEqual(cs[2 * i + 1].line(),
+                             "ERR UNAVAILABLE Redis answered OOM")
+            self.assertIsNone(self.redis("GET", "lockbroker:{y%d}" % i))
+        self.assertGreater(int(self.broker.info()["redis_batched_total"]),
+                           2)
+
 
 if __name__ == "__main__":
     main()
