@@ -5,7 +5,9 @@
 Starts its own redis-server and lockbrokerd on free loopback ports (a fresh
 broker for every broker run, so its memory peak is that run's), runs
 bench/lockbench for each scenario against both, and prints a table of the
-figures with the ratios and the targets of issue 7. With --write it puts
+figures with the ratios and the targets (issue 16's: uncontended cycles/s
+at least 0.8 of direct Redis's over TCP and 1.0 over the broker's Unix
+socket, the others as issue 7 set them). With --write it puts
 the table into docs/performance.md between its markers.
 
     bench/compare.py [-d SECONDS] [--write] [--only SCENARIO ...]
@@ -172,12 +174,12 @@ def rows_uncontended(b, r, u):
     up99 = ratio(u["p99_ms"], r["p99_ms"])
     return [
         ("uncontended", "cycles/s", fmt(b["ops_per_s"]), fmt(r["ops_per_s"]),
-         fmt(tput, "×"), "≥ 1.0× direct", check(tput, ">=", 1.0)),
+         fmt(tput, "×"), "≥ 0.8× direct", check(tput, ">=", 0.8)),
         ("uncontended", "p99 cycle (ms)", fmt(b["p99_ms"]), fmt(r["p99_ms"]),
          fmt(p99, "×"), "≤ 2× direct", check(p99, "<=", 2.0)),
         ("uncontended, clients on the broker's Unix socket (sidecar)",
          "cycles/s", fmt(u["ops_per_s"]), fmt(r["ops_per_s"]),
-         fmt(utput, "×"), "", ""),
+         fmt(utput, "×"), "≥ 1.0× direct", check(utput, ">=", 1.0)),
         ("uncontended, clients on the broker's Unix socket (sidecar)",
          "p99 cycle (ms)", fmt(u["p99_ms"]), fmt(r["p99_ms"]),
          fmt(up99, "×"), "", ""),
