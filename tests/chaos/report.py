@@ -15,7 +15,7 @@ STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
              "lost_unavailable_total", "redis_timeouts_total",
-             "redis_connects_total")
+             "redis_connects_total", "redis_batched_total")
 
 
 def operations(records, checks):
