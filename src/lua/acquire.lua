@@ -59,7 +59,8 @@ local closed, clock = gate(KEYS[10], ARGV[13], ARGV[14])
 if closed and closed[1] == -1 then return closed end
 if closed and ARGV[10] == '' then return closed end
 if ARGV[6] ~= '0' then
-  local d = tonumber(redis.call('GET', KEYS[11]) or '0')
+  -- (a :done that is not a number, a counter's set by hand, says nothing)
+  local d = tonumber(redis.call('GET', KEYS[11]) or '0') or 0
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]

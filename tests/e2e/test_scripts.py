@@ -261,6 +261,11 @@ class Scripts(BrokerTest):
         self.assertEqual(self.release("f", "lead", f(1), done=2), 1)
         self.assertEqual(self.acquire("f", "w", fill=1, watch=f(1)),
                          [2, f(1)])
+        # A :done that is not a number (a leader's release copies a
+        # counter set by hand) says nothing: the FILL tries as usual.
+        self.r("SET", "lockbroker:{f}:done", "x")
+        self.assertEqual(self.acquire("f", "w", fill=1, watch=f(1)),
+                         [1, f(2)])
 
     def test_release_compares_token_and_fence(self):
         self.acquire("r", "t")
