@@ -92,7 +92,9 @@ class SameTokenBookkeeping(TruthBase):
 
 
 class Replicated(TruthBase):
-    conf = {"redis": {"wait_replicas": 1, "command_timeout_ms": 1000},
+    # WAIT's timeout is half the command timeout: 1 s, so that a loaded
+    # machine's replica still confirms the grant the test expects to be.
+    conf = {"redis": {"wait_replicas": 1, "command_timeout_ms": 2000},
             "locks": {"retry_min_ms": 1500, "retry_max_ms": 3000}}
 
     def setUp(self):
