@@ -48,11 +48,11 @@ def cpu_us(pid):
     return (int(fields[11]) + int(fields[12])) * 1e6 / TICK
 
 
-def commandstats(redis):
-    """cmdstat name -> calls."""
+def commandstats(redis, field="calls"):
+    """cmdstat name -> calls (or field: "usec")."""
     out = {}
     for line in redis("INFO", "commandstats").splitlines():
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
+        m = re.match(r"cmdstat_([^:]+):.*\b%s=(\d+)" % field, line)
         if m:
             out[m.group(1)] = int(m.group(2))
     return out

@@ -17,7 +17,6 @@ broker embeds (src/lua/embed.py)."""
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -26,19 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "src", "lua"))
+sys.path.insert(0, HERE)
 import embed  # noqa: E402
+from compare import commandstats, cpu_us  # noqa: E402 (bench/compare.py)
 from lbtest import Redis, Resp  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 MARK = "lockbroker:incarnation"
 NAMES = 10000
 PIPE = 64
-
-
-def cpu_us(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1e6 / TICK
 
 
 def acquire_args(name, inc):
@@ -104,16 +98,6 @@ class Replay:
             sys.exit("release not done: %r" % rel[:3])
 
 
-def commandstats(r):
-    """command -> usec."""
-    out = {}
-    for line in r("INFO", "commandstats").splitlines():
-        m = re.match(r"cmdstat_([^:]+):calls=\d+,usec=(\d+)", line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -137,7 +121,7 @@ def main():
                     replay.cycles(size, first)
                     first += PIPE
                 c1 = cpu_us(redis.proc.pid)
-                st = commandstats(r)
+                st = commandstats(r, "usec")
                 t = total[size]
                 t[0] += opts.cycles // PIPE * PIPE
                 t[1] += c1 - c0
