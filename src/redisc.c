@@ -26,6 +26,10 @@
 
 #define REDISC_MAX_SCRIPTS 16
 #define REDISC_BATCH_MAX 64 /* calls in one batch */
+/* A batch's arguments: each call's (at most REDISC_MAX_ARGS + 2, its
+ * own count and script number), n, and the keys of the first call. */
+#define REDISC_BATCH_ARGS                                                      \
+	(REDISC_BATCH_MAX * (REDISC_MAX_ARGS + 2) + REDISC_MAX_ARGS + 2)
 /* A script's keys and arguments, and its key count. */
 #define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
@@ -463,19 +467,14 @@ redisc_batch_cb(const redisReply *reply, void *arg)
 static void
 redisc_batch_send(struct redisc_req **call, int n)
 {
+	static const char *argv[REDISC_BATCH_ARGS];
+	static size_t lens[REDISC_BATCH_ARGS];
+	static char num[REDISC_BATCH_MAX * 2 + 2][UTIL_U64_LEN];
 	struct redisc_script *batch = call[0]->script->batch;
-	int rest = call[0]->nkeys - 1, argc = 0, max = 2 + n + rest;
-	char num[REDISC_BATCH_MAX * 2 + 2][UTIL_U64_LEN];
+	int rest = call[0]->nkeys - 1, argc = 0, k = 0;
 	struct redisc_batch *b;
 	struct redisc_req *req;
-	const char **argv;
-	size_t *lens;
-	int k = 0;
 
-	for (int i = 0; i < n; i++)
-		max += call[i]->argc;
-	argv = xcalloc((size_t)max, sizeof *argv);
-	lens = xcalloc((size_t)max, sizeof *lens);
 	lens[argc] = util_u64str(num[k], (uint64_t)(n + rest));
 	argv[argc++] = num[k++];
 	for (int i = 0; i < n; i++) {
@@ -509,8 +508,6 @@ redisc_batch_send(struct redisc_req **call, int n)
 	req = redisc_req_new(argc, argv, lens, redisc_batch_cb, b);
 	req->script = batch;
 	req->nkeys = n + rest;
-	free(argv);
-	free(lens);
 	redisc_submit(req);
 }
 
@@ -582,6 +579,19 @@ redisc_send_phase(struct redisc_req **call, int n)
 	}
 }
 
+/* Where the run of calls that commute, from call[from] on, ends: at
+ * the first call on the key of an earlier one of another script. */
+static int
+redisc_phase_end(struct redisc_req **call, int from, int n)
+{
+	for (int to = from + 1; to < n; to++)
+		for (int k = from; k < to; k++)
+			if (call[k]->script != call[to]->script &&
+			    redisc_same_key(call[k], call[to]))
+				return to;
+	return n;
+}
+
 /*
  * Send this turn's calls of batched scripts. A batch holds one script's
  * calls: Redis checks a script against maxmemory only until its first
@@ -606,16 +616,8 @@ redisc_flush(void)
 	}
 	rc.nbatch = 0;
 	while (from < n) {
-		int to = from + 1, k = from;
+		int to = redisc_phase_end(call, from, n);
 
-		for (; to < n; to++) {
-			for (k = from; k < to; k++)
-				if (call[k]->script != call[to]->script &&
-				    redisc_same_key(call[k], call[to]))
-					break;
-			if (k < to)
-				break;
-		}
 		redisc_send_phase(call + from, to - from);
 		from = to;
 	}
