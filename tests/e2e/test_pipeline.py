@@ -51,6 +51,17 @@ class Pipeline(BrokerTest):
         for _ in range(10000):
             self.assertEqual(a.line(), "PONG")
 
+    def in_one_turn(self, clients, lines):
+        """Each client sends its line while the broker is stopped, so it
+        finds them all there when it wakes: one turn of its loop."""
+        self.broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            for c, line in zip(clients, lines):
+                c.send(line + "\n")
+            time.sleep(0.05 * LATE)
+        finally:
+            self.broker.proc.send_signal(signal.SIGCONT)
+
     def test_one_turns_acquires_and_releases_go_in_one_batch(self):
         """Requests from many clients read in one turn go to Redis as one
         batch (docs/protocol.md §8, Batches), and each is answered as if
@@ -64,14 +75,7 @@ class Pipeline(BrokerTest):
         before = int(self.broker.info()["redis_batched_total"])
 
         def one_turn(lines):
-            # Stopped, the broker finds every line there when it wakes.
-            self.broker.proc.send_signal(signal.SIGSTOP)
-            try:
-                for c, line in zip(cs, lines):
-                    c.send(line + "\n")
-                time.sleep(0.05 * LATE)
-            finally:
-                self.broker.proc.send_signal(signal.SIGCONT)
+            self.in_one_turn(cs, lines)
             return [c.line() for c in cs]
 
         grants = one_turn(["ACQUIRE b%d WAIT 0" % i for i in range(22)] +
@@ -104,14 +108,8 @@ class Pipeline(BrokerTest):
             self.assertEqual(c.cmd("PING"), "PONG")
         self.assertEqual(self.redis("CONFIG", "SET", "maxmemory", "1"), "OK")
         self.addCleanup(self.redis, "CONFIG", "SET", "maxmemory", "0")
-        self.broker.proc.send_signal(signal.SIGSTOP)
-        try:
-            for i in range(8):
-                cs[2 * i].send("RELEASE x%d\n" % i)
-                cs[2 * i + 1].send("ACQUIRE y%d WAIT 0\n" % i)
-            time.sleep(0.05 * LATE)
-        finally:
-            self.broker.proc.send_signal(signal.SIGCONT)
+        self.in_one_turn(cs, [l for i in range(8) for l in (
+            "RELEASE x%d" % i, "ACQUIRE y%d WAIT 0" % i)])
         for i in range(8):
             self.assertEqual(cs[2 * i].line(), "OK")
             self.assertEqual(cs[2 * i + 1].line(),
