@@ -64,10 +64,12 @@ if ARGV[6] ~= '0' then
   if d >= tonumber(ARGV[6]) then return {2, d} end
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
+local c -- the counter's value once read (false: none; nil: not read)
 if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then
   -- Nobody waits (fill is set only with waiters): a plain grant
   -- (lib/plain.lua), or the slow path below.
-  local f = fence_of(KEYS[2], clock)
+  local f
+  f, c = fence_of(KEYS[2], clock)
   local fs = type(f) == 'number' and string.format('%d', f)
   if fs and redis.call('SET', KEYS[1], val .. ' ' .. fs, 'NX', 'PX',
       ARGV[2]) then
@@ -81,7 +83,7 @@ end
 -- include holders.lua
 -- include foreign.lua
 -- include tickets.lua
-local now = now_ms()
+local now = now_ms(clock)
 local tk = ARGV[10]
 local first = qhead(KEYS[3], KEYS[4], KEYS[5], now, ARGV[12])
 if closed then -- a grace period: a waiter keeps its place, nothing more
@@ -119,7 +121,7 @@ local function refuse(pt, f, w)
 end
 local function grant()
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  local f = next_fence(KEYS[2], nil, ARGV[2])
+  local f = next_fence(KEYS[2], clock, ARGV[2], c)
   if type(f) ~= 'number' then
     redis.call('DEL', KEYS[1])
     return f
@@ -139,7 +141,8 @@ if v == '=shared' then
   end
   v = false
 end
-local fs = redis.call('GET', KEYS[2]) or '0'
+if c == nil then c = redis.call('GET', KEYS[2]) end
+local fs = c or '0'
 -- include leftover.lua
 if v and leftover(KEYS[10], ARGV[13], KEYS[1], fs) then
   redis.call('DEL', KEYS[1])  -- released since, in data Redis lost

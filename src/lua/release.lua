@@ -42,21 +42,26 @@
 
 -- include holds.lua
 -- include plain.lua
-local fs, by -- the grant's fence, and the broker its entry names
--- Whether the queue or waiters (and so fill, set only with waiters) may
--- exist: none for a plain grant (lib/plain.lua); another exclusive
--- holder's release asks for both at once, then for each only if one does
--- (an EXISTS of three keys costs Redis a µs more than one of two).
-local marks = true
+local fs, by, c -- the grant's fence, the broker its entry names, and
+-- the counter's value if read (false: none)
+-- Whether waiters (and so fill, set only with waiters) or the queue may
+-- exist (marks), and whether the queue does: none for a plain grant
+-- (lib/plain.lua); another exclusive holder's release asks for the queue
+-- (a hand-over needs to know), then for waiters if there is none.
+local marks, queued = true, false
 if holds then
   fs = plain_fence(v)
   marks = not fs
-  fs = fs or redis.call('GET', KEYS[5]) or '0'
+  if marks then
+    c = redis.call('GET', KEYS[5])
+    fs = c or '0'
+  end
   if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
   by = string.match(v, '^%S+ %S+ (%S+)')
   if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('DEL', KEYS[1])
-  marks = marks and redis.call('EXISTS', KEYS[8], KEYS[2]) > 0
+  queued = marks and redis.call('EXISTS', KEYS[8]) == 1
+  marks = queued or (marks and redis.call('EXISTS', KEYS[2]) == 1)
   if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
       redis.call('EXISTS', KEYS[6]) == 1) then
     redis.call('SET', KEYS[7], fs, 'PX', ARGV[5])
@@ -78,6 +83,7 @@ else
     redis.call('DEL', KEYS[4])
   end
   if tonumber(s) <= now then return {0} end
+  queued = redis.call('EXISTS', KEYS[8]) == 1
 end
 -- Another broker's entry (as lib/foreign.lua, kept inline: a release
 -- defines no function): its holds there hear of it.
@@ -85,31 +91,36 @@ if by ~= ARGV[7] then
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs .. ' ' ..
     ARGV[7])
 end
-if marks and redis.call('EXISTS', KEYS[8]) == 1 then
+if queued then
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
 -- include tickets.lua
-  local tk, b, m
-  if not gate(KEYS[12], ARGV[11], ARGV[12]) then
-    tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now_ms(), ARGV[10])
-    m = tk and qmode(KEYS[9], tk)
+  -- The gate's TIME is the clock of the queue and of the fence.
+  local closed, t = gate(KEYS[12], ARGV[11], ARGV[12])
+  local now, tk, b, d, m
+  if not closed then
+    now = now_ms(t)
+    tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[10])
+    d = tk and redis.call('HGET', KEYS[9], tk)
+    m = string.match(d or '', '^%S+ %S+ (%S+)') -- the ticket's mode
   end
   if m and m ~= 'EXCLUSIVE' then -- readers: their brokers try now
-    qwake(KEYS[8], KEYS[9], KEYS[10], now_ms(), m, ARGV[7], ARGV[9], ARGV[3])
+    qwake(KEYS[8], KEYS[9], KEYS[10], now, m, ARGV[7], ARGV[9], ARGV[3])
     tk = nil
-  elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  elseif not holds and redis.call('EXISTS', KEYS[1]) == 1 then
+    -- (an exclusive holder's lock key is gone: deleted above)
     tk = nil -- readers still hold it: the writer waits for the last
   end
-  local d = tk and redis.call('HGET', KEYS[9], tk)
-  local tok, ttl, info = string.match(d or '', '^(%S+) (%d+) (.*)$')
+  local tok, ttl, info = string.match(tk and d or '',
+    '^(%S+) (%d+) (.*)$')
   if tk and not tok then -- no data for it: it cannot be granted
     redis.call('ZREM', KEYS[8], tk)
   end
   if tok and b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
     ttl = ARGV[8]
   end
-  local f = tok and next_fence(KEYS[5], nil, ttl)
+  local f = tok and next_fence(KEYS[5], t, ttl, c)
   if type(f) == 'number' then
     qdrop(KEYS[8], KEYS[9], tk)
     local n = tonumber(string.match(tk, '#(%d+)$'))

@@ -30,9 +30,9 @@
 -- include gate.lua
 -- include plain.lua
 -- include tickets.lua
-local closed = gate(KEYS[7], ARGV[9], ARGV[10])
+local closed, clock = gate(KEYS[7], ARGV[9], ARGV[10])
 if closed and closed[1] == -1 then return closed end
-local now = now_ms()
+local now = now_ms(clock)
 local tk = ARGV[11]
 local function place()
   if tk ~= '' and ARGV[3] ~= '0' then
@@ -111,7 +111,7 @@ if ARGV[6] ~= '0' and n + before >= tonumber(ARGV[6]) then
   local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   return refuse(n > 0 and tonumber(low[2]) - now or -1)
 end
-local f = next_fence(KEYS[2], nil, ARGV[2])
+local f = next_fence(KEYS[2], clock, ARGV[2])
 if type(f) ~= 'number' then return f end
 qdrop(KEYS[8], KEYS[9], tk)
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])

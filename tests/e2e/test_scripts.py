@@ -444,6 +444,45 @@ class Scripts(BrokerTest):
         self.assertEqual(self.run_script("cancel", "q", ME + "#7"), 0)
         self.assertEqual(self.r("ZCARD", q), 0)
 
+    def test_what_a_hand_over_costs(self):
+        """The contended path asks Redis nothing twice (issue 16): a try
+        with a ticket that takes its place behind a holder, and a release
+        that hands the name to it, each read the clock once (the gate's
+        TIME), the counter and each ticket's data once, the queue's head
+        and its broker's entry in one HMGET, and skip the EXISTS of a lock
+        key the release just deleted."""
+        self.acquire("c", "h")
+        cost = {}
+        r = self.acquire("c", "a", mark=700, ticket=ME + "#1", least=1,
+                         cost=cost)
+        self.assertEqual(r[0], 0)
+        # The gate, EXISTS queue waiters, the fast path's counter and SET
+        # NX, the lock key, the queue's (empty) head, PTTL, unplain's SET,
+        # and qtake's eight.
+        self.assertEqual(cost, {"hmget": 1, "time": 1, "exists": 1,
+                                "get": 2, "set": 2, "zrange": 2,
+                                "pttl": 1, "zscore": 1, "zadd": 1,
+                                "hset": 2, "pexpire": 3})
+        cost = {}
+        r = self.acquire("c", "b", mark=700, ticket=ME + "#2", least=1,
+                         cost=cost)
+        self.assertEqual(r[0], 0)
+        # The head (a's ticket) is read with its broker's entry.
+        self.assertEqual(cost, {"hmget": 2, "time": 1, "exists": 1,
+                                "get": 2, "zrange": 2, "pttl": 1,
+                                "zscore": 1, "zadd": 1, "hset": 2,
+                                "pexpire": 3})
+        cost = {}
+        self.assertEqual(self.release("c", "h", f(1), cost=cost),
+                         [1, f(2), 1, "a"])
+        # GET lock and counter, DEL, EXISTS queue and :fill (done 1), the
+        # gate, the head, its data, the counter's SET, qdrop, the grant's
+        # SET and the writer mark's DEL.
+        self.assertEqual(cost, {"get": 2, "del": 2, "exists": 2,
+                                "hmget": 2, "time": 1, "zrange": 1,
+                                "hget": 1, "set": 2, "zrem": 1,
+                                "hdel": 1})
+
     def test_extend_status_who_check_revoke(self):
         self.acquire("e", "t", ttl=60000)
         ext = lambda fence, ttl: self.run_script(

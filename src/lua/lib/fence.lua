@@ -15,10 +15,11 @@
 -- and the names nobody uses any more leave nothing in Redis; a counter
 -- gone gives the clock's fence, above it by then. t: a TIME this script
 -- read already (the clock only has to be read in the same script as the
--- counter), or nil. Both return the fence, or an error reply, having
--- changed nothing else.
-local function fence_of(k, t)
-  local c = redis.pcall('GET', k)
+-- counter), or nil; c: the counter's value this script read already
+-- (false: none), or nil. Both return the fence, or an error reply, having
+-- changed nothing else; fence_of also returns the counter's value it read.
+local function fence_of(k, t, c)
+  if c == nil then c = redis.pcall('GET', k) end
   if type(c) == 'table' then return c end
   local n = 0
   if c then
@@ -31,10 +32,10 @@ local function fence_of(k, t)
   local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
   -- (the chaos build's no_clock_fence variant patches out these words)
   if f < now then f = now end
-  return f
+  return f, c
 end
-local function next_fence(k, t, ttl)
-  local f = fence_of(k, t)
+local function next_fence(k, t, ttl, c)
+  local f = fence_of(k, t, c)
   if type(f) == 'number' then
     redis.call('SET', k, string.format('%d', f), 'PX',
       tonumber(ttl) + 86400000)

@@ -10,7 +10,9 @@
 -- stood still (a pause, a slow disk) or every broker went, so every
 -- broker's time starts again from now rather than all dying at once.
 -- qhead forgets the dead tickets in front and gives the first live one
--- and its broker, or nil. qtake puts ticket tk (data d) at the back if it
+-- and its broker, or nil (an empty queue has no time to start again:
+-- only the brokers of tickets in it matter); it reads the first ticket's
+-- broker's entry with "=last", in one HMGET. qtake puts ticket tk (data d) at the back if it
 -- is not queued yet, and keeps its broker's entry. The keys go two
 -- minutes (or ten live times) after the last ask. A ticket's mode is its
 -- WHO entry's first word (qmode): EXCLUSIVE, SHARED or LIMIT=<n>.
@@ -21,17 +23,23 @@
 -- (up to 16; not broker self, which kicks its own queue) that they may
 -- try now: "<name>" on their channels. qdrop takes ticket tk (if any: ""
 -- is none) out of the queue, as a grant does. Needs now.lua.
-local function qlive(qb, tk, now)
+-- qlive(qb, tk, now, e): tk's broker if tk is live; e is that broker's
+-- entry if read already (false: none), nil to read it.
+local function qlive(qb, tk, now, e)
   local b, n = string.match(tk, '^(.+)#(%d+)$')
-  local til, least = string.match(redis.call('HGET', qb, b or '') or '',
-    '^(%d+) (%d+)$')
+  if e == nil then e = redis.call('HGET', qb, b or '') end
+  local til, least = string.match(e or '', '^(%d+) (%d+)$')
   if til and tonumber(til) > now and tonumber(n) >= tonumber(least) then
     return b
   end
   return nil
 end
 local function qhead(q, qt, qb, now, live)
-  local last = tonumber(redis.call('HGET', qb, '=last') or '')
+  local tk = redis.call('ZRANGE', q, 0, 0)[1]
+  if not tk then return nil end
+  local e = redis.call('HMGET', qb, '=last',
+    string.match(tk, '^(.+)#%d+$') or '')
+  local last = tonumber(e[1] or '')
   if last and now - last > tonumber(live) then
     local all = redis.call('HGETALL', qb)
     for i = 1, #all, 2 do
@@ -42,14 +50,15 @@ local function qhead(q, qt, qb, now, live)
       end
     end
     redis.call('HSET', qb, '=last', ms(now))
+    e = {}
   end
   while true do
-    local tk = redis.call('ZRANGE', q, 0, 0)[1]
-    if not tk then return nil end
-    local b = qlive(qb, tk, now)
+    local b = qlive(qb, tk, now, e[2])
     if b then return tk, b end
     redis.call('ZREM', q, tk)
     redis.call('HDEL', qt, tk)
+    tk, e = redis.call('ZRANGE', q, 0, 0)[1], {}
+    if not tk then return nil end
   end
 end
 local function qdrop(q, qt, tk)
