@@ -100,29 +100,37 @@ util_random_bytes(void *buf, size_t len)
 }
 
 /*
- * Tokens come from a block of getrandom(2) output handed out 16 bytes at a
- * time (one system call per 256 tokens); each piece is wiped as it is
- * used, so no token can be read back from the block afterwards.
+ * Random bytes come from a block of getrandom(2) output handed out a piece
+ * at a time (one system call per 256 tokens); each piece is wiped as it
+ * is used, so no token can be read back from the block afterwards.
  */
+static void
+util_random_draw(void *out, size_t len)
+{
+	static unsigned char pool[4096];
+	static size_t left;
+
+	if (left < len) {
+		util_random_bytes(pool, sizeof pool);
+		left = sizeof pool;
+	}
+	left -= len;
+	memcpy(out, pool + left, len);
+	explicit_bzero(pool + left, len);
+}
+
 void
 util_random_token(char out[UTIL_TOKEN_HEXLEN + 1])
 {
 	static const char hex[] = "0123456789abcdef";
-	static unsigned char pool[4096];
-	static size_t left;
-	unsigned char *raw;
+	unsigned char raw[UTIL_TOKEN_HEXLEN / 2];
 
-	if (left < UTIL_TOKEN_HEXLEN / 2) {
-		util_random_bytes(pool, sizeof pool);
-		left = sizeof pool;
-	}
-	left -= UTIL_TOKEN_HEXLEN / 2;
-	raw = pool + left;
-	for (size_t i = 0; i < UTIL_TOKEN_HEXLEN / 2; i++) {
+	util_random_draw(raw, sizeof raw);
+	for (size_t i = 0; i < sizeof raw; i++) {
 		out[2 * i] = hex[raw[i] >> 4];
 		out[2 * i + 1] = hex[raw[i] & 0xf];
 	}
-	explicit_bzero(raw, UTIL_TOKEN_HEXLEN / 2);
+	explicit_bzero(raw, sizeof raw);
 	out[UTIL_TOKEN_HEXLEN] = '\0';
 }
 
@@ -133,7 +141,7 @@ util_random_range(uint64_t lo, uint64_t hi)
 
 	if (hi <= lo)
 		return lo;
-	util_random_bytes(&r, sizeof r);
+	util_random_draw(&r, sizeof r);
 	return lo + r % (hi - lo + 1);
 }
 

@@ -274,13 +274,22 @@ START_TEST(test_validity_end)
 }
 END_TEST
 
+/* Ranges draw from the tokens' pool: across its refills, and between
+ * tokens, every value comes up. */
 START_TEST(test_random_range)
 {
+	unsigned seen = 0;
+
 	for (int i = 0; i < 1000; i++) {
+		char tok[UTIL_TOKEN_HEXLEN + 1];
 		uint64_t v = util_random_range(5, 9);
 
 		ck_assert(v >= 5 && v <= 9);
+		seen |= 1u << (v - 5);
+		if (i % 3 == 0)
+			util_random_token(tok);
 	}
+	ck_assert_uint_eq(seen, 0x1f);
 	ck_assert_uint_eq(util_random_range(7, 7), 7);
 	ck_assert_uint_eq(util_random_range(9, 3), 9);
 }
