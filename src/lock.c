@@ -644,7 +644,7 @@ lock_init(struct event_base *base, const struct config *config)
 	cf = config;
 	lockreq_init(base);
 	lockrel_init(base, cf, lock_released);
-	lockhold_init(base, cf, lockq_kick);
+	lockhold_init(base, cf, lockq_kick, lockq_forgot);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
 	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf),
 	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf));

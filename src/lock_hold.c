@@ -40,6 +40,7 @@ static struct {
 	struct event_base *base;
 	const struct config *cf;
 	lockhold_kick_fn *kick;
+	lockhold_forgot_fn *forgot;
 	uint64_t lease_seq;	/* requests that may set a lease, numbered */
 	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
 	struct event *trust_ev; /* trust_ms after the last vouching answer */
@@ -694,6 +695,8 @@ lockhold_incarnation_cb(const struct lockdb_inc *inc)
 			: 0);
 		lockname_foreach(lockhold_stale_name, NULL);
 	}
+	if (inc->changed && !inc->first)
+		hold.forgot();
 	if (inc->sent_ms > hold.vouched_ms)
 		hold.vouched_ms = inc->sent_ms;
 	lockreq_timer(hold.trust_ev,
@@ -701,14 +704,15 @@ lockhold_incarnation_cb(const struct lockdb_inc *inc)
 }
 
 void
-lockhold_init(
-    struct event_base *base, const struct config *cf, lockhold_kick_fn *kick)
+lockhold_init(struct event_base *base, const struct config *cf,
+    lockhold_kick_fn *kick, lockhold_forgot_fn *forgot)
 {
 	struct timeval beat;
 
 	hold.base = base;
 	hold.cf = cf;
 	hold.kick = kick;
+	hold.forgot = forgot;
 	hold.vouched_ms = hold.changed_ms = 0;
 	hold.trust_ev = evtimer_new(base, lockhold_trust_cb, NULL);
 	hold.stale_ev = evtimer_new(base, lockhold_stale_cb, NULL);

@@ -27,8 +27,10 @@ enum lock_lost {
 
 /* A hold of ln ended: the queue may try. */
 typedef void lockhold_kick_fn(struct lock_name *ln);
-void lockhold_init(
-    struct event_base *base, const struct config *cf, lockhold_kick_fn *kick);
+/* Redis forgot its lock data (a new incarnation): its queues too. */
+typedef void lockhold_forgot_fn(void);
+void lockhold_init(struct event_base *base, const struct config *cf,
+    lockhold_kick_fn *kick, lockhold_forgot_fn *forgot);
 /* Free the trust timers (the last step of a shutdown). */
 void lockhold_shutdown(void);
 

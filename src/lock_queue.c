@@ -519,6 +519,7 @@ lockq_ask(struct lock_req *req, struct lockdb_ask *a, char *info, size_t len)
 	struct lock_req *first = lockq_trier(req->ln);
 
 	lockreq_ask(req, lockq_mark_ms(req), a, info, len);
+	req->retake = false;
 	if (req->wait_ms == 0)
 		a->ticket = 0; /* turned try-once (input ended): no place */
 	else if (req->ticket != 0) {
@@ -710,8 +711,9 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 			lockq_watch(ln, r->fence, req->tried_us);
 	} else if (req->handed != 0)
 		lockq_confirm(req);
-	else if (req->queued && !req->took)
-		lockq_take(req); /* not granted after all: queue again */
+	else if (req->queued && (!req->took || req->retake))
+		lockq_take(req); /* not granted after all, or its place may
+				    be gone: queue again */
 	if (!req->queued && !req->in_flight)
 		lockreq_free(req);
 	lockq_keep_trying(ln);
@@ -848,24 +850,48 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
-/* After a (re)subscription, for each name: its waiters and holds may have
- * missed news. */
+/*
+ * Each waiter of ln takes its place in the queue again (it may be gone, or
+ * a hand-over's message missed: a try finds the grant). The trier first,
+ * so the places taken again keep their order; one with a try in Redis
+ * takes it again once that try is answered.
+ */
 static void
-lockq_missed(struct lock_name *ln, void *arg)
+lockq_retake(struct lock_name *ln, void *arg)
 {
 	struct lock_req *r, *trier = lockq_trier(ln);
 
-	/* The trier first, so the places taken again keep their order. */
 	if (trier != NULL && !ln->attempting && !trier->in_flight) {
 		lockq_retry_stop(ln);
 		lockq_attempt(ln);
 	} else if (trier != NULL)
 		lockq_retry_at(ln, 0);
-	/* A hand-over's message may be among them: a try finds the grant. */
-	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
-		if (r != trier && r->ticket != 0 && !r->in_flight)
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry) {
+		if (r == trier || r->ticket == 0)
+			continue;
+		if (r->in_flight)
+			r->retake = true;
+		else
 			lockq_take(r);
+	}
+}
+
+/* After a (re)subscription, for each name: its waiters and holds may have
+ * missed news. */
+static void
+lockq_missed(struct lock_name *ln, void *arg)
+{
+	lockq_retake(ln, arg);
 	lockhold_recheck(ln);
+}
+
+/* Redis forgot its lock data (a new incarnation: FLUSHALL, a restart
+ * without it, a failover to a replica that missed it): the queues went
+ * with it, so every waiter here takes its place again. */
+void
+lockq_forgot(void)
+{
+	lockname_foreach(lockq_retake, NULL);
 }
 
 /* (Re)subscribed: releases and revokes may have been missed meanwhile. */

@@ -22,6 +22,8 @@ void lockq_enqueue(struct lock_req *req);
 void lockq_abandon(struct lock_req *req);
 /* A release of ln was seen: the head tries at once. */
 void lockq_kick(struct lock_name *ln);
+/* Redis forgot its lock data: every waiter takes its place again. */
+void lockq_forgot(void);
 /* The head's try, now. */
 void lockq_attempt(struct lock_name *ln);
 /* Granted in Redis: the owner's hold and answer (or, if it left, the lock

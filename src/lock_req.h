@@ -77,10 +77,14 @@ struct lock_req {
 	 * §3 Waiting): ticket n, 0 for none; took: a try carried it, so it
 	 * may be queued in Redis; handed: a grant another broker's release
 	 * handed it while a try of its own was in Redis (confirmed after);
-	 * ticket_ms: monotonic, read before the first try with it was sent. */
+	 * ticket_ms: monotonic, read before the first try with it was sent;
+	 * retake: its place may be gone (Redis forgot it, or news was missed)
+	 * while a try of its own was in Redis: it takes it again once that
+	 * try is answered. */
 	uint64_t ticket;
 	uint64_t ticket_ms;
 	bool took;
+	bool retake;
 	uint64_t handed;
 	uint64_t retry_ms; /* OP_CHECK: the wait before asking again */
 	struct event *deadline_ev;

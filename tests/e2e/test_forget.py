@@ -74,6 +74,30 @@ class Forget(BrokerTest):
         self.assertEqual(s.cmd("RELEASE fs"), "OK")
         self.assertNotIn("EVENT", a.buf.decode() + s.buf.decode())
 
+    def test_flushall_waiters_keep_their_order(self):
+        """The queue is forgotten with the rest: once the broker knows,
+        each of its waiters takes its place again, in the order they
+        asked, so a request made after the loss does not go before
+        them."""
+        h, w1, w2, w3, probe = (self.client() for _ in range(5))
+        fence_of(h.cmd("ACQUIRE fq TTL 30000"))
+        w1.send("ACQUIRE fq WAIT 30000")
+        w2.send("ACQUIRE fq WAIT 30000")
+        queued = lambda: self.redis("ZCARD", "lockbroker:{fq}:queue")
+        wait_for(lambda: queued() == 2)
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        r, _ = self.refused_until_grace_ends(probe, "fq")
+        self.assertEqual(r, "TIMEOUT")              # h has it back
+        wait_for(lambda: queued() == 2)  # w1 and w2 queued again
+        w3.send("ACQUIRE fq WAIT 30000")
+        wait_for(lambda: queued() == 3)
+        self.assertEqual(h.cmd("RELEASE fq"), "OK")
+        self.assertRegex(w1.line(), r"^OK ")
+        self.assertEqual(w1.cmd("RELEASE fq"), "OK")
+        self.assertRegex(w2.line(), r"^OK ")
+        self.assertEqual(w2.cmd("RELEASE fq"), "OK")
+        self.assertRegex(w3.line(), r"^OK ")
+
     def test_restart_without_persistence(self):
         a, b = self.client(), self.client()
         fa = fence_of(a.cmd("ACQUIRE rx TTL 30000"))
