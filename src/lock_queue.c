@@ -864,8 +864,10 @@ lockq_retake(struct lock_name *ln, void *arg)
 	if (trier != NULL && !ln->attempting && !trier->in_flight) {
 		lockq_retry_stop(ln);
 		lockq_attempt(ln);
-	} else if (trier != NULL)
-		lockq_retry_at(ln, 0);
+	} else if (trier != NULL && ln->attempting)
+		ln->kicked = true; /* its try's answer tries again at once */
+	else if (trier != NULL)
+		trier->retake = true; /* a take of its own is in Redis */
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry) {
 		if (r == trier || r->ticket == 0)
 			continue;

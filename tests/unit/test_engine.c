@@ -2760,6 +2760,45 @@ START_TEST(test_new_incarnation)
 }
 END_TEST
 
+/* Redis forgot its lock data (a new incarnation): the queues went with
+ * it, so every ticketed waiter takes its place again at once, the trier
+ * first. One whose try is in Redis then takes it again as soon as that
+ * try is answered: the trier not after its back-off, the other not
+ * never. */
+START_TEST(test_new_incarnation_retakes)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *t1, *t2;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	fake_incarnation(true, true, 0, mono_ms());
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	ck_assert_uint_eq(fake_count(), 0);
+	fake_incarnation(false, true, 300, mono_ms());
+	ck_assert_uint_eq(fake_count(), 2);
+	t1 = fake_pending(0);
+	t2 = fake_pending(1);
+	ck_assert_uint_eq(t1->ask.ticket, 1);
+	ck_assert_uint_eq(t2->ask.ticket, 2);
+	/* Both tries in Redis when another new incarnation is learned. */
+	fake_incarnation(false, true, 300, mono_ms());
+	ck_assert_uint_eq(fake_count(), 2);
+	fake_reply(t1, LDB_UNAVAILABLE);
+	ck_assert_uint_eq(fake_count(), 2);
+	ck_assert_uint_eq(fake_pending(1)->ask.ticket, 1);
+	fake_reply(t2, LDB_UNAVAILABLE);
+	ck_assert_uint_eq(fake_count(), 2);
+	ck_assert_uint_eq(fake_pending(1)->ask.ticket, 2);
+	/* Answered, nobody asks again before its back-off. */
+	fake_refuse(fake_pending(0), 100000, 1);
+	fake_refuse(fake_pending(0), 100000, 1);
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 /* A grant asked for before a new incarnation was learned, answered
  * after: it is of the old one, and asks to be put back. */
 START_TEST(test_grant_from_before_new_incarnation)
@@ -2875,6 +2914,7 @@ engine_suite(void)
 	LOOP(test_acquire_bad_args, badargs);
 	tcase_add_test(tc, test_trust_runs_out);
 	tcase_add_test(tc, test_new_incarnation);
+	tcase_add_test(tc, test_new_incarnation_retakes);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 #undef LOOP
 	suite_add_tcase(s, tc);
