@@ -390,6 +390,11 @@ def _judge(res, keep_journal=True):
         res["violations"] += 1
         res["checks"]["liveness"]["violations"].append(
             "workers did not stop: %s" % res["workers_alive_at_end"])
+    for name, code in sorted((res.get("exit_codes") or {}).items()):
+        if code != 0:
+            res["violations"] += 1
+            res["checks"]["liveness"]["violations"].append(
+                "%s did not exit cleanly after SIGTERM: %s" % (name, code))
     res["ok"] = res["violations"] == 0
     if not res["ok"] and res["variant"] == "none" and keep_journal:
         # What the clients saw, for a post-mortem of the violations (the

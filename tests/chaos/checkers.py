@@ -682,8 +682,10 @@ def check_liveness(faults):
                 passed += 1
             elif p:
                 viol.append("fault %d %s: %s gave no grant (%d tries, last "
-                            "%r)" % (f["n"], f["kind"], p["broker"],
-                                     p["tries"], p["last"]))
+                            "%r)%s" % (f["n"], f["kind"], p["broker"],
+                                       p["tries"], p["last"],
+                                       "; it does not answer INFO:\n" +
+                                       p["hung"] if p.get("hung") else ""))
     return {"violations": viol, "passed": passed}
 
 

@@ -418,4 +418,8 @@ class Nemesis(threading.Thread):
             except (OSError, ConnectionError) as e:
                 res["last"] = repr(e)[:100]
             time.sleep(0.05)
+        # A broker that does not even answer INFO is stuck: say where.
+        hung = b.diagnose()
+        if hung:
+            res["hung"] = hung
         return res

@@ -96,6 +96,55 @@ class ChaosBroker(lbtest.Broker):
             rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
         return fds - clients, rss
 
+    def diagnose(self):
+        """What a broker that does not answer is doing, for the report:
+        its state, where the kernel has it and how much CPU it took over
+        half a second (a spin or a block), then its stack when gdb is
+        there; "" when it answers INFO within a second."""
+        pid = self.pid
+        if not pid:
+            return ""
+        try:
+            c = lbtest.Client(self.port, timeout=1)
+            try:
+                c.info()
+                return ""
+            finally:
+                c.close()
+        except (OSError, ValueError):
+            pass
+        out = []
+        try:
+            def cpu():
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return fields[0], int(fields[11]) + int(fields[12])
+            state, t0 = cpu()
+            time.sleep(0.5)
+            _, t1 = cpu()
+            with open("/proc/%d/wchan" % pid) as f:
+                wchan = f.read()
+            with open("/proc/%d/syscall" % pid) as f:
+                syscall = f.read().split()[:1]
+            out.append("state %s, wchan %s, syscall %s, %d CPU ticks in "
+                       "0.5 s" % (state, wchan or "-", syscall, t1 - t0))
+        except OSError as e:
+            out.append("cannot read /proc/%d: %s" % (pid, e))
+        if shutil.which("gdb"):
+            try:
+                bt = subprocess.run(
+                    ["gdb", "-p", str(pid), "-batch", "-ex", "bt"],
+                    capture_output=True, text=True, timeout=60).stdout
+                out += [l for l in bt.splitlines() if l.startswith("#")]
+            except (OSError, subprocess.SubprocessError) as e:
+                out.append("gdb: %r" % e)
+        try:
+            with open(self.log, errors="replace") as f:
+                out += ["log: " + l.rstrip() for l in f.readlines()[-20:]]
+        except OSError:
+            pass
+        return "\n".join(out)
+
     def stats(self):
         """The INFO counters, or {} when the broker cannot answer."""
         try:
@@ -339,7 +388,14 @@ class Topology:
         for b in self.brokers:
             if b.pid:
                 b.signal(signal.SIGCONT)
-                codes[b.name] = b.stop(timeout=10)
+                try:
+                    codes[b.name] = b.stop(timeout=10)
+                except subprocess.TimeoutExpired:
+                    codes[b.name] = "no exit within 10 s: " + b.diagnose()
+                    b.proc.kill()
+                    b.proc.wait()
+                    b.proc = None
+                    b.logf.close()
         return codes
 
     def wait_quiet(self, broker, baseline_fds, timeout=5.0):
