@@ -39,6 +39,7 @@ static struct {
 	struct config cf;
 	struct event *sig_term, *sig_int, *sig_hup;
 	struct event *drain_ev;
+	struct event *watchdog_ev; /* NULL unless systemd asks for pings */
 	uint64_t drain_deadline_ms;
 	bool stopping;
 	const char *path; /* the configuration file, read again on HUP */
@@ -64,6 +65,39 @@ main_notify(const char *state)
 	sd_notify(0, state);
 #else
 	(void)state;
+#endif
+}
+
+/*
+ * systemd's watchdog (WatchdogSec=): a ping from a timer on the loop, at
+ * half the interval, says the loop still turns. A loop stuck for the
+ * whole interval gets the daemon killed and restarted, so its clients
+ * see their connections close (and so their locks gone) instead of a
+ * broker that neither renews nor tells them anything.
+ */
+static void
+main_watchdog_cb(evutil_socket_t fd, short what, void *arg)
+{
+	main_notify("WATCHDOG=1");
+}
+
+static void
+main_watchdog(void)
+{
+#if HAVE_LIBSYSTEMD
+	uint64_t usec;
+	struct timeval tv;
+
+	if (sd_watchdog_enabled(0, &usec) <= 0)
+		return;
+	m.watchdog_ev =
+	    event_new(m.base, -1, EV_PERSIST, main_watchdog_cb, NULL);
+	if (m.watchdog_ev == NULL)
+		fatalx("cannot set up the watchdog event");
+	tv = util_timeval(usec / 2000 > 0 ? usec / 2000 : 1);
+	evtimer_add(m.watchdog_ev, &tv);
+	log_info("systemd watchdog: a ping every %llu ms",
+	    (unsigned long long)(usec / 2000));
 #endif
 }
 
@@ -213,6 +247,8 @@ main_teardown(void)
 	event_free(m.sig_int);
 	event_free(m.sig_hup);
 	event_free(m.drain_ev);
+	if (m.watchdog_ev != NULL)
+		event_free(m.watchdog_ev);
 	event_base_free(m.base);
 	config_free(&m.cf);
 }
@@ -283,6 +319,7 @@ main(int argc, char **argv)
 	redisc_connect();
 	log_info("lockbrokerd %s started", LB_VERSION);
 	main_notify("READY=1");
+	main_watchdog();
 	event_base_dispatch(m.base);
 	main_teardown();
 	log_info("stopped");

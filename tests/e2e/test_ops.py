@@ -115,6 +115,70 @@ class Reload(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE z"), r"^OK ")
 
 
+def _links_libsystemd():
+    import subprocess
+    from lbtest import LOCKBROKERD
+    out = subprocess.run(["ldd", LOCKBROKERD], capture_output=True,
+                         text=True).stdout
+    return "libsystemd" in out
+
+
+@unittest.skipUnless(_links_libsystemd(), "built without libsystemd")
+class Watchdog(BrokerTest):
+    """systemd's notifications: READY=1 once serving, STOPPING=1 on
+    SIGTERM, and with WatchdogSec= (WATCHDOG_USEC) a WATCHDOG=1 from the
+    loop every half interval, so a stuck loop gets the daemon restarted."""
+
+    def notified(self, watchdog_usec):
+        """A broker whose NOTIFY_SOCKET is ours: (broker, socket)."""
+        import socket
+        path = os.path.join(self.tmpdir, "notify-%s" % watchdog_usec)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        self.addCleanup(sock.close)
+        env = dict(os.environ, NOTIFY_SOCKET=path)
+        env.pop("WATCHDOG_USEC", None)
+        env.pop("WATCHDOG_PID", None)
+        if watchdog_usec:
+            env["WATCHDOG_USEC"] = str(watchdog_usec)
+        b = self.start_broker(name="notified-%s" % watchdog_usec, env=env)
+        return b, sock
+
+    @staticmethod
+    def messages(sock, seconds):
+        """Every datagram for that long, one string each."""
+        got = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            sock.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                got.append(sock.recv(4096).decode())
+            except OSError:
+                pass
+        return got
+
+    def test_pings_every_half_interval(self):
+        from lbtest import SLOW
+        b, sock = self.notified(200000)  # WatchdogSec=200ms
+        got = self.messages(sock, 1.0 * SLOW)
+        self.assertEqual(got[0], "READY=1")
+        pings = got.count("WATCHDOG=1")
+        # Every 100 ms: about 10 a second (fewer under valgrind).
+        self.assertGreaterEqual(pings, 4, got)
+        self.assertEqual(len(got), 1 + pings, got)
+        self.assertIn("systemd watchdog: a ping every 100 ms", b.logtext())
+        b.proc.send_signal(signal.SIGTERM)
+        self.assertIn("STOPPING=1", self.messages(sock, 1.0 * SLOW))
+        self.assertEqual(b.stop(), 0)
+
+    def test_no_pings_without_watchdog(self):
+        from lbtest import SLOW
+        b, sock = self.notified(0)
+        got = self.messages(sock, 0.5 * SLOW)
+        self.assertEqual(got, ["READY=1"])
+        self.assertNotIn("systemd watchdog", b.logtext())
+
+
 class SocketActivation(BrokerTest):
 
     @unittest.skipUnless(shutil.which("systemd-socket-activate"),
