@@ -631,8 +631,10 @@ lock_owner_eof(struct lock_owner *o)
 		lockq_try_now(req);
 		return true;
 	}
-	/* Only the first try, still in Redis, has not started to wait. */
-	if (req->tries != 1 || !req->in_flight)
+	/* Only the first try, still in Redis, has not started to wait: not
+	 * a take or a confirmation sent after an answer (tries counts only
+	 * the head's attempts). */
+	if (!req->in_flight || req->heard)
 		return false;
 	lock_owner_try_once(req);
 	return true;

@@ -711,7 +711,19 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 			lockq_watch(ln, r->fence, req->tried_us);
 	} else if (req->handed != 0)
 		lockq_confirm(req);
-	else if (req->queued && (!req->took || req->retake))
+	else if (req->queued && req->wait_ms == 0) {
+		/* A try-once (its input ended while its first try was in
+		 * Redis): its one answer ends it. Taking again would ask
+		 * for ever, with no ticket to wait with. */
+		lockq_dequeue(req);
+		if (r->status == LDB_OK)
+			lockq_answer_late(req);
+		else if (r->status == LDB_NO) {
+			STAT_INC(timeouts_total);
+			lockreq_answer_status(req, LOCK_TIMEOUT);
+		} else
+			lockreq_answer_db_error(req, r);
+	} else if (req->queued && (!req->took || req->retake))
 		lockq_take(req); /* not granted after all, or its place may
 				    be gone: queue again */
 	if (!req->queued && !req->in_flight)

@@ -73,6 +73,7 @@ void
 lockreq_landed(struct lock_req *req)
 {
 	req->in_flight = false;
+	req->heard = true;
 }
 
 void

@@ -55,6 +55,7 @@ struct lock_req {
 	bool marked_writer; /* a try marked it a writer readers wait for */
 	bool queued;
 	bool in_flight;
+	bool heard;	 /* an answer to one of its tries has come back */
 	bool again;	 /* OP_CHECK: more was missed while it was in Redis */
 	bool confirming; /* OP_RENEW: of a hand-over answered before */
 	bool trying;	 /* its name's attempt (lockq) is this request's */

@@ -212,7 +212,15 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	redisc_arm_timeout();
 }
 
-/* A request that could not even be sent is failed from the loop, later. */
+/*
+ * A request that could not even be sent is failed from the loop, on its
+ * next turn: event_base_once makes an event with a zero timeout active at
+ * once, run in this same pass after the callbacks before it, so a caller
+ * that asks again on each failure (with the connection down, every ask
+ * fails) would keep the loop from its descriptors, timers and signals for
+ * good. One microsecond puts it on the timer heap, run after the next
+ * poll. While stopping, the teardown's one pass of the loop must run it.
+ */
 static void
 redisc_fail_later_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -226,10 +234,10 @@ redisc_fail_later_cb(evutil_socket_t fd, short what, void *arg)
 static void
 redisc_fail_later(struct redisc_req *req)
 {
-	struct timeval zero = { 0, 0 };
+	struct timeval soon = { 0, rc.stopping ? 0 : 1 };
 
 	if (event_base_once(
-		rc.base, -1, EV_TIMEOUT, redisc_fail_later_cb, req, &zero) != 0)
+		rc.base, -1, EV_TIMEOUT, redisc_fail_later_cb, req, &soon) != 0)
 		fatalx("event_base_once failed");
 }
 

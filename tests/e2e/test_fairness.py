@@ -196,6 +196,51 @@ class Fairness(BrokerTest):
         # Not left to the hand-over's 500 ms lease: released at once.
         self.assertLess(time.monotonic() - start, 0.4 * LATE)
 
+    def test_leaving_while_confirming_a_hand_over(self):
+        """A waiter whose connection closes while its broker confirms
+        another broker's hand-over to it has left: its broker asks
+        nothing more for it and keeps serving everyone. (It took such a
+        waiter for a try-once still on its first try; that try-once took
+        its place again at every answer, and with its Redis link cut,
+        every answer came within the same turn of the loop: the broker
+        answered nobody, not even INFO, and ignored SIGTERM.)"""
+        import os
+        import sys
+        from lbtest import Broker
+        sys.path.insert(0, os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "..", "chaos"))
+        from proxy import Proxy
+        px = Proxy(self.redis.port, name="to-b1")
+        self.addCleanup(px.stop)
+        # Its retries far apart: the waiter's first try is its only one.
+        b1 = Broker(self.tmpdir, px.port,
+                    {"locks": {"retry_min_ms": 30000, "retry_max_ms": 30000},
+                     "redis": {"command_timeout_ms": 5000 * LATE}},
+                    name="b1")
+        self.brokers.append(b1)
+        self.addCleanup(self._kill, b1)
+        h = self.client()
+        self.assertRegex(h.cmd("ACQUIRE n TTL 20000"), r"^OK ")
+        a = b1.client()
+        a.send("ACQUIRE n WAIT 60000")
+        wait_for(lambda: self.queued("n") == 1)
+        # b1 hears of the hand-over 1.5 s late and its confirmation
+        # (EXTEND) takes 1.5 s each way: in Redis when the waiter leaves.
+        px.set_mode("delay", delay_ms=1500)
+        time.sleep(0.2)
+        self.assertEqual(h.cmd("RELEASE n"), "OK")
+        time.sleep(2.0)
+        a.close()
+        time.sleep(0.3)
+        self.assertIsNotNone(px.reset())  # the confirmation gets no answer
+        px.set_mode("pass")
+        # It serves: INFO, then a try-once, once Redis is back for it.
+        wait_for(lambda: b1.info()["waiters"] == "0", 10 * SLOW)
+        c = b1.client()
+        wait_for(lambda: c.cmd("ACQUIRE other WAIT 0").startswith("OK "),
+                 10 * SLOW, 0.05)
+        c.close()
+
     def test_handed_to_a_gone_waiter_whose_token_asks_again(self):
         """A hand-over to a waiter that left is released by its broker,
         unless its token asks again there meanwhile (a client retrying

@@ -1289,6 +1289,88 @@ START_TEST(test_eof_already_waiting)
 }
 END_TEST
 
+/*
+ * Input ends while a waiter's confirmation of a hand-over is in Redis
+ * (its first try was answered long before): it was waiting, so it is
+ * gone, whatever that confirmation answers, and it asks nothing more.
+ * Taken for its first try, it became a try-once with no ticket that took
+ * its place again at every answer, for ever; with Redis away, inside one
+ * pass of the loop.
+ */
+static const enum lockdb_status confirms[] = { LDB_OK, LDB_NO,
+	LDB_UNAVAILABLE };
+
+START_TEST(test_eof_while_confirming)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+	char tok2[PROTO_TOKEN_MAX + 1];
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	hold(1, "b", &a, 1); /* ticket 1 */
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	snprintf(tok2, sizeof tok2, "%s", c->ask.token);
+	fake_refuse(c, 100000, 1);
+	fake_handed("a", 2, 7, tok2, 0);
+	c = expect(FAKE_EXTEND, "a");
+	ck_assert(!lock_owner_eof(O(2)));
+	lock_owner_gone(O(2), true);
+	fake_reply(c, confirms[_i]);
+	run_ms(20);
+	ck_assert_str_eq(told_take(), "");
+	ck_assert_ptr_null(fake_find(FAKE_ACQUIRE, "a"));
+	if (confirms[_i] == LDB_OK) { /* granted to nobody: released */
+		c = expect(FAKE_RELEASE, "a");
+		ck_assert_str_eq(c->token, tok2);
+		fake_reply(c, LDB_OK);
+	}
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
+/*
+ * A waiter behind another here takes its place with a try of its own;
+ * input that ends while that first try is in Redis makes it a try-once:
+ * its one answer ends it (its place given up), and it asks no more.
+ */
+static const struct {
+	enum lockdb_status status;
+	const char *told;
+} first_takes[] = {
+	{ LDB_NO, "3 TIMEOUT" },
+	{ LDB_UNAVAILABLE, "3 ERR UNAVAILABLE Redis did not answer in time" },
+};
+
+START_TEST(test_eof_first_take)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+	uint64_t ticket;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	hold(1, "a", &a, 1);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	ck_assert_int_eq(acquire(3, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	ticket = c->ask.ticket;
+	ck_assert_uint_ne(ticket, 0);
+	ck_assert(lock_owner_eof(O(3)));
+	if (first_takes[_i].status == LDB_NO)
+		fake_refuse(c, 100000, 1);
+	else
+		fake_reply(c, first_takes[_i].status);
+	ck_assert_str_eq(told_take(), first_takes[_i].told);
+	run_ms(20);
+	ck_assert_ptr_null(fake_find(FAKE_ACQUIRE, "a"));
+	c = expect(FAKE_CANCEL, "a"); /* its place, given up */
+	ck_assert_uint_eq(c->ticket, ticket);
+	fake_reply(c, LDB_OK);
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 /* -- Holds: renewal, expiry, max_hold -- */
 
 /* A session lease is renewed every lease/3 with the grant's token and
@@ -2863,6 +2945,8 @@ engine_suite(void)
 	tcase_add_test(tc, test_owner_gone_other_request);
 	tcase_add_test(tc, test_eof_first_try);
 	tcase_add_test(tc, test_eof_already_waiting);
+	LOOP(test_eof_while_confirming, confirms);
+	LOOP(test_eof_first_take, first_takes);
 	tcase_add_test(tc, test_renewal_stolen);
 	tcase_add_test(tc, test_renewal_unavailable);
 	tcase_add_test(tc, test_renewal_skipped_while_regrant);

@@ -1,0 +1,97 @@
+/*
+ * test_redisc: the Redis connection's own promises that need no Redis.
+ * A request that cannot be sent (no connection) is failed from the loop,
+ * on a later turn: a caller that asks again at each failure must not keep
+ * the loop from its timers and descriptors.
+ */
+#include <check.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "log.h"
+#include "redisc.h"
+
+/* The old code ran every failure of the chain in one pass: the timer
+ * came only after the asker gave up, at ASKS_MAX. */
+#define ASKS_MAX 100000
+
+static struct event_base *base;
+static unsigned asks, asks_when_fired;
+static bool fired, stop_asking;
+
+static void ask(void);
+
+static void
+ask_cb(const redisReply *reply, void *arg)
+{
+	ck_assert_ptr_null(reply); /* never connected: each one fails */
+	if (!stop_asking && asks < ASKS_MAX)
+		ask();
+}
+
+static void
+ask(void)
+{
+	static const char *const argv[] = { "PING" };
+	static const size_t lens[] = { 4 };
+
+	asks++;
+	redisc_command(1, argv, lens, ask_cb, NULL);
+}
+
+static void
+timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	fired = true;
+	asks_when_fired = asks;
+	stop_asking = true;
+	event_base_loopbreak(base);
+}
+
+START_TEST(test_failures_let_the_loop_turn)
+{
+	struct config cf;
+	struct event *timer;
+	struct timeval tv = { 0, 20000 };
+
+	log_init(LOG_LVL_ERROR, false);
+	config_defaults(&cf);
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	redisc_init(base, &cf.redis); /* not connected: nothing is sent */
+	timer = evtimer_new(base, timer_cb, NULL);
+	evtimer_add(timer, &tv);
+	ask();
+	event_base_dispatch(base);
+	ck_assert(fired);
+	ck_assert_msg(asks_when_fired < ASKS_MAX,
+	    "the 20 ms timer waited for %u failures in a row", asks_when_fired);
+	ck_assert_uint_gt(asks_when_fired, 1); /* it was failing all along */
+	/* The failure still pending is answered from the stop's one pass. */
+	redisc_stop();
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	event_free(timer);
+	event_base_free(base);
+	config_free(&cf);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("redisc");
+	TCase *tc = tcase_create("redisc");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_failures_let_the_loop_turn);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
