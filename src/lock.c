@@ -625,8 +625,9 @@ lock_owner_eof(struct lock_owner *o)
 	/* A head that has not asked yet (a try of another was in Redis when
 	 * it came; or a FILL, which asks along with the trier, not counted
 	 * in tries) makes its one try now, as a try-once. */
-	if (req->tries == 0 && req->tried_us == 0 && !req->in_flight &&
-	    !req->ln->attempting && TAILQ_FIRST(&req->ln->waiters) == req) {
+	if (req->tries == 0 && req->tried_us == 0 && !req->heard &&
+	    !req->in_flight && !req->ln->attempting &&
+	    TAILQ_FIRST(&req->ln->waiters) == req) {
 		lock_owner_try_once(req);
 		lockq_try_now(req);
 		return true;

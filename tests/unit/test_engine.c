@@ -1371,6 +1371,33 @@ START_TEST(test_eof_first_take)
 }
 END_TEST
 
+/*
+ * A waiter whose own take was refused waits, even once it is first in
+ * the queue here (the one before it left): input ending then drops it,
+ * unanswered; it is not made a try-once that, with no ticket, would be
+ * refused behind its own live ticket.
+ */
+START_TEST(test_eof_refused_take_now_first)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(c->ask.ticket, 2);
+	fake_refuse(c, 100000, 1); /* answered: it waits */
+	lock_owner_gone(O(1), false);
+	fake_reply(expect(FAKE_CANCEL, "a"), LDB_OK);
+	ck_assert_uint_eq(fake_count(), 0);
+	ck_assert(!lock_owner_eof(O(2)));
+	ck_assert_uint_eq(fake_count(), 0);
+	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
 /* -- Holds: renewal, expiry, max_hold -- */
 
 /* A session lease is renewed every lease/3 with the grant's token and
@@ -2947,6 +2974,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_eof_already_waiting);
 	LOOP(test_eof_while_confirming, confirms);
 	LOOP(test_eof_first_take, first_takes);
+	tcase_add_test(tc, test_eof_refused_take_now_first);
 	tcase_add_test(tc, test_renewal_stolen);
 	tcase_add_test(tc, test_renewal_unavailable);
 	tcase_add_test(tc, test_renewal_skipped_while_regrant);
