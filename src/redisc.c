@@ -49,6 +49,7 @@ struct redisc_req {
 	size_t *lens; /* likewise */
 	size_t size;  /* of the allocation, a multiple of REDISC_REQ_ROUND */
 	struct redisc_req *pool_next;
+	struct redisc_req *fail_next; /* in rc.failed */
 };
 
 /*
@@ -95,6 +96,9 @@ static struct {
 	void (*up_cb)(void *);
 	void *up_arg;
 	struct event *timeout_ev;
+	/* Requests that could not be sent, answered on the next turn. */
+	struct redisc_req *failed, **failed_tail;
+	struct event *failed_ev;
 	uint64_t cmd_last_reply_ms; /* or when it connected */
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_req *pool; /* freed requests to reuse */
@@ -214,15 +218,37 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * A request that could not even be sent is failed from the loop, on its
- * next turn: event_base_once makes an event with a zero timeout active at
- * once, run in this same pass after the callbacks before it, so a caller
- * that asks again on each failure (with the connection down, every ask
- * fails) would keep the loop from its descriptors, timers and signals for
- * good. One microsecond puts it on the timer heap, run after the next
- * poll. While stopping, the teardown's one pass of the loop must run it.
+ * next turn, never from inside its caller (which may hold state). Not in
+ * this pass: a caller that asks again at each failure (with the
+ * connection down, every ask fails) would then keep the loop from its
+ * descriptors, timers and signals for good. The ones failed before a turn
+ * are answered in the order they failed; those their answers fail wait
+ * for the turn after.
  */
 static void
-redisc_fail_later_cb(evutil_socket_t fd, short what, void *arg)
+redisc_fail_now(void)
+{
+	struct redisc_req *req = rc.failed, *next;
+
+	rc.failed = NULL;
+	rc.failed_tail = &rc.failed;
+	for (; req != NULL; req = next) {
+		next = req->fail_next;
+		if (!req->answered)
+			redisc_answer(req, NULL);
+		redisc_req_free(req);
+	}
+}
+
+static void
+redisc_failed_cb(evutil_socket_t fd, short what, void *arg)
+{
+	redisc_fail_now();
+}
+
+/* Once stopped: the teardown's one pass of the loop answers it. */
+static void
+redisc_fail_stopped_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct redisc_req *req = arg;
 
@@ -234,11 +260,21 @@ redisc_fail_later_cb(evutil_socket_t fd, short what, void *arg)
 static void
 redisc_fail_later(struct redisc_req *req)
 {
-	struct timeval soon = { 0, rc.stopping ? 0 : 1 };
+	/* 1 µs: on the timer heap, run after the next poll (a zero timeout
+	 * would make it active in this pass). */
+	struct timeval soon = { 0, 1 }, now = { 0, 0 };
 
-	if (event_base_once(
-		rc.base, -1, EV_TIMEOUT, redisc_fail_later_cb, req, &soon) != 0)
-		fatalx("event_base_once failed");
+	if (rc.failed_ev == NULL) {
+		if (event_base_once(rc.base, -1, EV_TIMEOUT,
+			redisc_fail_stopped_cb, req, &now) != 0)
+			fatalx("event_base_once failed");
+		return;
+	}
+	req->fail_next = NULL;
+	*rc.failed_tail = req;
+	rc.failed_tail = &req->fail_next;
+	if (!evtimer_pending(rc.failed_ev, NULL))
+		evtimer_add(rc.failed_ev, &soon);
 }
 
 static bool
@@ -1135,6 +1171,9 @@ redisc_init(struct event_base *base, const struct config_redis *cf)
 	if ((rc.batch_ev = event_new(base, -1, 0, redisc_batch_ev_cb, NULL)) ==
 	    NULL)
 		fatalx("redisc: event_new failed");
+	rc.failed_tail = &rc.failed;
+	if ((rc.failed_ev = evtimer_new(base, redisc_failed_cb, NULL)) == NULL)
+		fatalx("redisc: evtimer_new failed");
 }
 
 static void
@@ -1172,6 +1211,11 @@ redisc_stop(void)
 			redisc_answer(held[i], NULL);
 		redisc_req_free(held[i]);
 	}
+	/* Those failed before the stop; any their answers fail go to the
+	 * teardown's pass of the loop. */
+	event_free(rc.failed_ev);
+	rc.failed_ev = NULL;
+	redisc_fail_now();
 	event_free(rc.batch_ev);
 	event_free(rc.timeout_ev);
 	while (rc.pool != NULL) {

@@ -1,12 +1,13 @@
 /*
  * test_redisc: the Redis connection's own promises that need no Redis.
  * A request that cannot be sent (no connection) is failed from the loop,
- * on a later turn: a caller that asks again at each failure must not keep
- * the loop from its timers and descriptors.
+ * on a later turn and in the order made: a caller that asks again at each
+ * failure must not keep the loop from its timers and descriptors.
  */
 #include <check.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <event2/event.h>
 
@@ -79,6 +80,47 @@ START_TEST(test_failures_let_the_loop_turn)
 }
 END_TEST
 
+static char order[8];
+
+static void
+order_cb(const redisReply *reply, void *arg)
+{
+	size_t n = strlen(order);
+
+	ck_assert_ptr_null(reply);
+	order[n] = *(const char *)arg;
+	order[n + 1] = '\0';
+	if (n + 1 == 4)
+		event_base_loopbreak(base);
+}
+
+/* Requests failed in one turn are answered on the next, in the order they
+ * were made (a timer heap would not keep it). */
+START_TEST(test_failures_answered_in_order)
+{
+	static const char *const argv[] = { "PING" };
+	static const size_t lens[] = { 4 };
+	struct config cf;
+
+	log_init(LOG_LVL_ERROR, false);
+	config_defaults(&cf);
+	base = event_base_new();
+	ck_assert_ptr_nonnull(base);
+	redisc_init(base, &cf.redis);
+	order[0] = '\0';
+	redisc_command(1, argv, lens, order_cb, "a");
+	redisc_command(1, argv, lens, order_cb, "b");
+	redisc_command(1, argv, lens, order_cb, "c");
+	redisc_command(1, argv, lens, order_cb, "d");
+	ck_assert_str_eq(order, ""); /* never from inside the caller */
+	event_base_dispatch(base);
+	ck_assert_str_eq(order, "abcd");
+	redisc_stop();
+	event_base_free(base);
+	config_free(&cf);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -88,6 +130,7 @@ main(void)
 	int failed;
 
 	tcase_add_test(tc, test_failures_let_the_loop_turn);
+	tcase_add_test(tc, test_failures_answered_in_order);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
