@@ -260,9 +260,10 @@ redisc_fail_stopped_cb(evutil_socket_t fd, short what, void *arg)
 static void
 redisc_fail_later(struct redisc_req *req)
 {
-	/* 1 µs: on the timer heap, run after the next poll (a zero timeout
-	 * would make it active in this pass). */
-	struct timeval soon = { 0, 1 }, now = { 0, 0 };
+	/* A timer due now is looked at after the next poll, whatever the
+	 * clock's resolution (event_base_once would make a zero timeout
+	 * active in this pass). */
+	struct timeval now = { 0, 0 };
 
 	if (rc.failed_ev == NULL) {
 		if (event_base_once(rc.base, -1, EV_TIMEOUT,
@@ -274,7 +275,7 @@ redisc_fail_later(struct redisc_req *req)
 	*rc.failed_tail = req;
 	rc.failed_tail = &req->fail_next;
 	if (!evtimer_pending(rc.failed_ev, NULL))
-		evtimer_add(rc.failed_ev, &soon);
+		evtimer_add(rc.failed_ev, &now);
 }
 
 static bool
