@@ -688,9 +688,12 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 	else if (r->status == LDB_INTERNAL) {
 		lockq_dequeue(req);
 		lockreq_answer_db_error(req, r);
-	} else if (req->mode == LOCK_FILL && req->queued && req->wait_ms == 0) {
-		/* A try-once FILL (its input ended before it asked): its one
-		 * answer ends it, and it is never told DONE. */
+	} else if (req->queued && req->wait_ms == 0 && req->handed == 0) {
+		/* A try-once (its input ended before it asked, or while its
+		 * first try was in Redis): its one answer ends it, a FILL is
+		 * never told DONE, and nothing takes its place again (with no
+		 * ticket to wait with, it would ask for ever). One handed the
+		 * name confirms it first, below. */
 		if (r->status == LDB_DONE)
 			lockq_done(req, r->fence);
 		lockq_dequeue(req);
@@ -711,19 +714,7 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 			lockq_watch(ln, r->fence, req->tried_us);
 	} else if (req->handed != 0)
 		lockq_confirm(req);
-	else if (req->queued && req->wait_ms == 0) {
-		/* A try-once (its input ended while its first try was in
-		 * Redis): its one answer ends it. Taking again would ask
-		 * for ever, with no ticket to wait with. */
-		lockq_dequeue(req);
-		if (r->status == LDB_OK)
-			lockq_answer_late(req);
-		else if (r->status == LDB_NO) {
-			STAT_INC(timeouts_total);
-			lockreq_answer_status(req, LOCK_TIMEOUT);
-		} else
-			lockreq_answer_db_error(req, r);
-	} else if (req->queued && (!req->took || req->retake))
+	else if (req->queued && (!req->took || req->retake))
 		lockq_take(req); /* not granted after all, or its place may
 				    be gone: queue again */
 	if (!req->queued && !req->in_flight)
