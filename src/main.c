@@ -85,19 +85,20 @@ static void
 main_watchdog(void)
 {
 #if HAVE_LIBSYSTEMD
-	uint64_t usec;
+	uint64_t usec, ms;
 	struct timeval tv;
 
 	if (sd_watchdog_enabled(0, &usec) <= 0)
 		return;
+	ms = usec / 2000 > 0 ? usec / 2000 : 1;
 	m.watchdog_ev =
 	    event_new(m.base, -1, EV_PERSIST, main_watchdog_cb, NULL);
 	if (m.watchdog_ev == NULL)
 		fatalx("cannot set up the watchdog event");
-	tv = util_timeval(usec / 2000 > 0 ? usec / 2000 : 1);
+	tv = util_timeval(ms);
 	evtimer_add(m.watchdog_ev, &tv);
-	log_info("systemd watchdog: a ping every %llu ms",
-	    (unsigned long long)(usec / 2000));
+	log_info(
+	    "systemd watchdog: a ping every %llu ms", (unsigned long long)ms);
 #endif
 }
 

@@ -226,6 +226,14 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
  * for the turn after.
  */
 static void
+redisc_fail(struct redisc_req *req)
+{
+	if (!req->answered)
+		redisc_answer(req, NULL);
+	redisc_req_free(req);
+}
+
+static void
 redisc_fail_now(void)
 {
 	struct redisc_req *req = rc.failed, *next;
@@ -234,9 +242,7 @@ redisc_fail_now(void)
 	rc.failed_tail = &rc.failed;
 	for (; req != NULL; req = next) {
 		next = req->fail_next;
-		if (!req->answered)
-			redisc_answer(req, NULL);
-		redisc_req_free(req);
+		redisc_fail(req);
 	}
 }
 
@@ -250,11 +256,7 @@ redisc_failed_cb(evutil_socket_t fd, short what, void *arg)
 static void
 redisc_fail_stopped_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct redisc_req *req = arg;
-
-	if (!req->answered)
-		redisc_answer(req, NULL);
-	redisc_req_free(req);
+	redisc_fail(arg);
 }
 
 static void
