@@ -259,6 +259,15 @@ hold(int i, const char *name, const struct lock_acquire_args *a, uint64_t fence)
 	return owners[i - 1].token;
 }
 
+/* Owner i asks for name and is refused, the holder's lease far off: it
+ * waits, its place taken. */
+static void
+waits(int i, const char *name, const struct lock_acquire_args *a)
+{
+	ck_assert_int_eq(acquire(i, name, a), 0);
+	fake_refuse(expect(FAKE_ACQUIRE, name), 100000, 1);
+}
+
 static void
 count_name(struct lock_name *ln, void *arg)
 {
@@ -532,8 +541,7 @@ START_TEST(test_retry_on_released_news)
 	struct lock_acquire_args a = args(0, -1);
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
 	fake_news(LDB_NEWS_RELEASED, "other", 0);
 	ck_assert_uint_eq(fake_count(), 0);
 	fake_news(LDB_NEWS_RELEASED, "a", 0);
@@ -862,8 +870,7 @@ START_TEST(test_handed_to_nobody)
 	struct lock_acquire_args a = args(0, -1);
 	struct fake_call *c;
 
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(2, "a", &a);
 	lock_owner_gone(O(2), false);
 	c = expect(FAKE_CANCEL, "a");
 	ck_assert_uint_eq(c->ticket, 1);
@@ -914,8 +921,7 @@ START_TEST(test_take_answers)
 	struct fake_call *c;
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
 	ck_assert_int_eq(acquire(2, "a", &a), 0);
 	c = expect(FAKE_ACQUIRE, "a");
 	ck_assert_uint_eq(c->ask.ticket, 2);
@@ -962,10 +968,8 @@ START_TEST(test_missed_retakes)
 	struct lock_acquire_args a = args(0, -1);
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
+	waits(2, "a", &a);
 	fake_news(LDB_NEWS_MISSED, NULL, 0);
 	ck_assert_uint_eq(fake_count(), 2);
 	ck_assert_uint_eq(fake_pending(0)->ask.ticket, 1);
@@ -1212,8 +1216,7 @@ START_TEST(test_owner_gone_waiting)
 	char tok[PROTO_TOKEN_MAX + 1];
 
 	hold(1, "a", &a, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(2, "a", &a);
 	lock_owner_gone(O(2), true);
 	ck_assert_uint_eq(expect(FAKE_CANCEL, "a")->ticket, 2);
 	fake_reply(expect(FAKE_CANCEL, "a"), LDB_OK);
@@ -1281,8 +1284,7 @@ START_TEST(test_eof_already_waiting)
 {
 	struct lock_acquire_args a = args(0, -1);
 
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
 	ck_assert(!lock_owner_eof(O(1)));
 	lock_owner_gone(O(1), true);
 	ck_assert_str_eq(told_take(), "");
@@ -1350,8 +1352,7 @@ START_TEST(test_eof_first_take)
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
 	hold(1, "a", &a, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(2, "a", &a);
 	ck_assert_int_eq(acquire(3, "a", &a), 0);
 	c = expect(FAKE_ACQUIRE, "a");
 	ticket = c->ask.ticket;
@@ -1383,8 +1384,7 @@ START_TEST(test_eof_refused_take_now_first)
 	struct fake_call *c;
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
 	ck_assert_int_eq(acquire(2, "a", &a), 0);
 	c = expect(FAKE_ACQUIRE, "a");
 	ck_assert_uint_eq(c->ask.ticket, 2);
@@ -2332,10 +2332,8 @@ START_TEST(test_head_of_the_queue_here_is_asked)
 	struct fake_call *c;
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
+	waits(2, "a", &a);
 	ck_assert_uint_eq(fake_count(), 0);
 	fake_news(LDB_NEWS_RELEASED, "a", 0);
 	c = expect(FAKE_ACQUIRE, "a");
@@ -2690,8 +2688,7 @@ START_TEST(test_stop)
 	struct fake_call *c;
 
 	hold(1, "a", &a, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(2, "a", &a);
 	ck_assert_int_eq(acquire(3, "b", &a), 0);
 	c = expect(FAKE_ACQUIRE, "b");
 	lock_stop();
@@ -2881,10 +2878,8 @@ START_TEST(test_new_incarnation_retakes)
 
 	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
 	fake_incarnation(true, true, 0, mono_ms());
-	ck_assert_int_eq(acquire(1, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
-	ck_assert_int_eq(acquire(2, "a", &a), 0);
-	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100000, 1);
+	waits(1, "a", &a);
+	waits(2, "a", &a);
 	ck_assert_uint_eq(fake_count(), 0);
 	fake_incarnation(false, true, 300, mono_ms());
 	ck_assert_uint_eq(fake_count(), 2);
