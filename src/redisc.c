@@ -1041,7 +1041,13 @@ redisc_subscribe(
 	rc.msg_arg = arg;
 }
 
-/* The master moved (or became known): both connections go there. */
+/*
+ * The master moved (or became known): both connections go there at once.
+ * The old master may be frozen or cut off rather than dead, so nothing
+ * waits for its replies (a graceful disconnect would): the requests still
+ * out there are answered now as not answered (their outcome unknown), and
+ * the disconnect callback reconnects, to the new master.
+ */
 static void
 redisc_moved(void)
 {
@@ -1049,13 +1055,16 @@ redisc_moved(void)
 
 	for (size_t i = 0; i < 2; i++) {
 		struct redisc_conn *conn = conns[i];
+		redisAsyncContext *ac = conn->ac;
 
 		if (conn == &rc.sub && rc.msg_cb == NULL)
 			continue;
 		conn->attempts = 0;
-		if (conn->ac != NULL && conn->connected)
-			redisAsyncDisconnect(conn->ac); /* reconnects after */
-		else if (conn->ac == NULL &&
+		if (ac != NULL && conn->connected) {
+			conn->ac = NULL;
+			redisc_set_up(conn, false);
+			redisAsyncFree(ac);
+		} else if (conn->ac == NULL &&
 		    !evtimer_pending(conn->reconnect_ev, NULL))
 			redisc_conn_open(conn);
 	}

@@ -295,5 +295,51 @@ class ReplicatedRenewals(unittest.TestCase):
             os.kill(self.replica.proc.pid, signal.SIGCONT)
 
 
+class FrozenMaster(unittest.TestCase):
+    """The old master frozen (SIGSTOP), not killed, while Sentinel
+    promotes the replica: the broker leaves it at the switch, its
+    requests there answered as of unknown outcome, and grants again
+    from the new master within the grace period (it used to wait on the
+    frozen one's replies, answering ERR UNAVAILABLE to everything)."""
+
+    def setUp(self):
+        master_and_replica(self, "lbfrozen-")
+        start_sentinel(self)
+        self.broker = Broker(self.tmpdir, self.master.port,
+                             {"redis": {"sentinels":
+                                        ["127.0.0.1:%d" % self.sport],
+                                        "master_name": "mymaster",
+                                        "reconnect_min_ms": 50,
+                                        "reconnect_max_ms": 500,
+                                        "command_timeout_ms": 5000,
+                                        "trust_ms": 1000}})
+        self.addCleanup(lambda: self.assertEqual(self.broker.stop(), 0))
+        self.addCleanup(self.master.proc.send_signal, signal.SIGCONT)
+
+    def test_grants_again_after_the_switch(self):
+        c = self.broker.client()
+        self.addCleanup(c.close)
+        self.assertRegex(c.cmd("ACQUIRE a WAIT 0"), r"^OK ")
+        self.assertEqual(self.master("WAIT", 1, 1000), 1)
+        self.master.proc.send_signal(signal.SIGSTOP)
+        # A request in flight on the frozen master when it is switched.
+        w = self.broker.client()
+        self.addCleanup(w.close)
+        w.send("ACQUIRE b WAIT 0")
+        wait_for(lambda: "master mymaster is at 127.0.0.1:%d (switched)"
+                 % self.replica.port in self.broker.logtext(), 20)
+        switched = time.monotonic()
+        w.sock.settimeout(3)
+        self.assertRegex(w.line(), r"^(OK |ERR UNAVAILABLE )")
+        reply = wait_for(lambda: (lambda r: r if r.startswith("OK ")
+                                  else None)(c.cmd("ACQUIRE n WAIT 0")),
+                         10, 0.05)
+        # The grace period (trust_ms 1000, stretched by twice the drift,
+        # and clock_step_ms) and a reconnection; far below the 5 s a
+        # request waits for its answer.
+        self.assertLess(time.monotonic() - switched, 4)
+        self.assertGreater(int(reply.split()[1]), 0)
+
+
 if __name__ == "__main__":
     main()
