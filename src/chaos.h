@@ -30,6 +30,9 @@ enum chaos_fault {
 	CHAOS_NO_CLOCK_FENCE,	 /* a fence is its counter + 1 only, never
 				    Redis's clock: a forgotten counter
 				    starts again at 1 */
+	CHAOS_NO_CONFIRM,	 /* holds are not confirmed in Redis every
+				    trust_ms, nor after Redis's clock ran
+				    ahead */
 };
 
 #if LB_CHAOS_FAULTS

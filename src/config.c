@@ -208,6 +208,7 @@ static const struct config_key config_keys[] = {
 	K_INT("redis.wait_replicas", redis.wait_replicas, 0, 0, 100, 0),
 	K_BOOL("redis.allow_eviction", redis.allow_eviction, false, 0),
 	K_INT("redis.trust_ms", redis.trust_ms, 5000, 100, 600000, 0),
+	K_INT("redis.clock_step_ms", redis.clock_step_ms, 1000, 0, 60000, 0),
 
 	K_I64("locks.lease_ms", locks.lease_ms, 10000, 30, 86400000, R),
 	K_I64("locks.min_ttl_ms", locks.min_ttl_ms, 10, 1, 86400000, R),
@@ -1142,14 +1143,16 @@ config_apply_reloadable(struct config *live, struct config *fresh)
  * §8): a broker trusts its holds up to redis.trust_ms after Redis last
  * vouched for them, on its own clock; the grace period runs on Redis's.
  * Either clock may run fast or slow by locks.clock_drift, so the grace
- * period is trust_ms stretched by twice that.
+ * period is trust_ms stretched by twice that; and Redis's wall clock may
+ * step forward by redis.clock_step_ms meanwhile, which would end it early.
  */
 uint64_t
 config_grace_ms(const struct config *cf)
 {
 	double t = (double)cf->redis.trust_ms;
 
-	return (uint64_t)(t + 2 * t * cf->locks.clock_drift) + 1;
+	return (uint64_t)(t + 2 * t * cf->locks.clock_drift) + 1 +
+	    (uint64_t)cf->redis.clock_step_ms;
 }
 
 uint64_t

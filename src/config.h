@@ -39,6 +39,7 @@ struct config_redis {
 	int wait_replicas;   /* 0, 0..100 */
 	bool allow_eviction; /* grant from a Redis that may evict keys */
 	int trust_ms;	     /* 5000, 100..600000 */
+	int clock_step_ms;   /* 1000, 0..60000 */
 };
 
 struct config_locks {
@@ -129,7 +130,8 @@ void config_apply_reloadable(struct config *live, struct config *fresh);
  * every retry_max_ms, with room for a slow reply (docs/protocol.md §8).
  */
 uint64_t config_mark_ms(const struct config *cf);
-/* A new incarnation's grace period: redis.trust_ms and clock drift. */
+/* A new incarnation's grace period: redis.trust_ms, clock drift and
+ * redis.clock_step_ms. */
 uint64_t config_grace_ms(const struct config *cf);
 /* Whether an IPv4 (struct in_addr) or IPv6 (struct in6_addr) address
  * reaches only this host: 127.0.0.0/8, ::1, ::ffff:127.x. */

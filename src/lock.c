@@ -650,7 +650,8 @@ lock_init(struct event_base *base, const struct config *config)
 	lockhold_init(base, cf, lockq_kick, lockq_forgot);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
 	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf),
-	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf));
+	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf),
+	    (uint64_t)cf->redis.clock_step_ms);
 	lockdb_allow_eviction(cf->redis.allow_eviction);
 	lockq_init(base, cf);
 }

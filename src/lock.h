@@ -92,6 +92,8 @@ struct lock_hold {
 	uint64_t granted_us;	 /* for the hold-time histogram */
 	uint64_t valid_until_ms; /* monotonic, docs/protocol.md §3 */
 	uint64_t lease_seq;	 /* the last request sent to set its lease */
+	uint64_t confirmed_ms;	 /* monotonic: when the last request that
+				    found it held in Redis was sent */
 	struct event *expire_ev; /* at valid_until_ms: EVENT LOST */
 	struct event *renew_ev;	 /* session locks: every lease/3 */
 	struct event *maxhold_ev;

@@ -14,6 +14,17 @@
  * new incarnation makes every hold stale: each is asked for again and put
  * back if Redis forgot it (check.lua, in the grace period); those not
  * back when the old incarnation's last answer stops vouching are lost.
+ *
+ * The incarnation vouches for what Redis still has, not that it has each
+ * hold: a key deleted or evicted is gone in the same incarnation. So each
+ * hold is also confirmed in Redis at least once every trust_ms (a
+ * renewal counts; the others are checked with the beat, a loop turn's
+ * checks in one batch), lost if Redis no longer has it, and trusted no
+ * longer than what Redis says is left of its lease. That also catches
+ * Redis's wall clock stepped forward, which ends keys early: each beat's
+ * answer carries Redis's time, and when it ran ahead of ours by more than
+ * the drift allows and half of redis.clock_step_ms (the margin every
+ * lease has in Redis), every hold is confirmed again at once.
  */
 #include <sys/queue.h>
 
@@ -47,6 +58,13 @@ static struct {
 	struct event *stale_ev; /* stale holds not back by then are lost */
 	uint64_t vouched_ms;	/* when the last vouching answer was asked */
 	uint64_t changed_ms;	/* when a new incarnation was last learned */
+	/* Redis's clock against ours: the most its offset (Redis's time less
+	 * our monotonic time) was at the last beat's answer, when that beat
+	 * was sent, and how far it ran ahead since the last re-check. */
+	bool clock_known;
+	int64_t clock_hi;
+	uint64_t clock_sent_ms;
+	uint64_t clock_ahead_ms;
 } hold;
 
 static const char *const lockhold_lost_reasons[] = { "expired", "stolen",
@@ -271,6 +289,35 @@ lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
 
 static void lockhold_check_hold(struct lock_hold *h);
 static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
+
+/* A request sent at sent_ms found h held in Redis. */
+static void
+lockhold_confirmed(struct lock_hold *h, uint64_t sent_ms)
+{
+	if (sent_ms > h->confirmed_ms)
+		h->confirmed_ms = sent_ms;
+}
+
+/*
+ * A check sent at sent_ms found h held with left_ms of its lease to trust
+ * (UINT64_MAX: no end): h trusts no more than that. Redis's clock may have
+ * been stepped forward since the lease was set, ending it earlier than
+ * the broker counted.
+ */
+static void
+lockhold_left(struct lock_hold *h, uint64_t sent_ms, uint64_t left_ms)
+{
+	uint64_t end;
+
+	lockhold_confirmed(h, sent_ms);
+	if (left_ms == UINT64_MAX)
+		return;
+	end = util_validity_end(sent_ms, left_ms, hold.cf->locks.clock_drift);
+	if (end < h->valid_until_ms) {
+		h->valid_until_ms = end;
+		lockhold_arm(h);
+	}
+}
 static void lockhold_renewed(
     struct lock_req *req, const struct lockdb_reply *r);
 
@@ -367,6 +414,7 @@ lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
 		} else if (r->status == LDB_OK) {
 			if (!req->confirming)
 				STAT_INC(renewals_total);
+			lockhold_confirmed(h, req->start_ms);
 			lockhold_lease(req, h->fence);
 		} else if (r->status == LDB_NO && !h->stale) {
 			lockhold_lost(h, LOST_STOLEN);
@@ -418,6 +466,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		h->ln = req->ln;
 		lockname_pin(h->ln);
 		h->granted_ms = req->start_ms;
+		h->confirmed_ms = req->start_ms;
 		h->granted_us = mono_us();
 		h->since_ms = wall_ms();
 		h->expire_ev = lockhold_event(h, lockhold_expire_cb, false);
@@ -522,6 +571,8 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	}
 	if (h != NULL) {
 		h->checking = NULL;
+		if (r->status == LDB_OK)
+			lockhold_left(h, req->start_ms, r->pttl);
 		if (r->status == LDB_OK && req->start_ms >= hold.changed_ms)
 			h->stale = false; /* held (or put back) in this one */
 		else if (r->status == LDB_OK && h->stale)
@@ -547,6 +598,7 @@ lockhold_check_send(struct lock_req *req)
 	    (h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL);
 
 	lockreq_send(req);
+	STAT_INC(confirms_total);
 	req->again = false;
 	req->start_ms = now;
 	if (restore)
@@ -664,10 +716,71 @@ lockhold_stale_cb(evutil_socket_t fd, short what, void *arg)
 	lockname_foreach(lockhold_lose_name, &only_stale);
 }
 
+/* ln's holds not confirmed for half of trust_ms (all, with arg) are
+ * checked now: each is then confirmed within trust_ms. */
+static void
+lockhold_confirm_name(struct lock_name *ln, void *arg)
+{
+	uint64_t now = mono_ms(), due = (uint64_t)hold.cf->redis.trust_ms / 2;
+	const bool *all = arg;
+	struct lock_hold *h;
+
+	LIST_FOREACH (h, &ln->holds, name_entry)
+		if (*all || h->confirmed_ms + due <= now)
+			lockhold_check_hold(h);
+}
+
 static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
+	bool all = false;
+
 	lockdb_incarnation();
+	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
+	    chaos_fault != CHAOS_NO_CONFIRM)
+		lockname_foreach(lockhold_confirm_name, &all);
+}
+
+/*
+ * Redis's time, read at a beat sent at inc->sent_ms and answered now,
+ * against our monotonic clock: Redis's offset from ours was between lo
+ * and hi then. From the last answer's most to this one's least it may
+ * grow by the drift alone; what it grew beyond is a forward step of
+ * Redis's wall clock (never less than the step was). Steps add up: past
+ * half of redis.clock_step_ms, the margin each lease has in Redis, every
+ * hold is confirmed again, and trusts no more than Redis says is left.
+ */
+static void
+lockhold_clock(const struct lockdb_inc *inc, uint64_t now)
+{
+	int64_t lo = (int64_t)inc->redis_ms - (int64_t)now;
+	int64_t hi = (int64_t)inc->redis_ms - (int64_t)inc->sent_ms;
+	bool all = true;
+
+	if (inc->redis_ms == 0)
+		return; /* not said */
+	if (hold.clock_known) {
+		double allow = hold.cf->locks.clock_drift *
+		    (double)(now - hold.clock_sent_ms);
+		int64_t ahead = lo - hold.clock_hi - (int64_t)allow - 1;
+
+		if (ahead > 0)
+			hold.clock_ahead_ms += (uint64_t)ahead;
+	}
+	hold.clock_known = true;
+	hold.clock_hi = hi;
+	hold.clock_sent_ms = inc->sent_ms;
+	if (hold.clock_ahead_ms * 2 <= (uint64_t)hold.cf->redis.clock_step_ms)
+		return;
+	if (stats[STAT_locks_held] > 0)
+		log_warnx(
+		    "redis: its clock ran %" PRIu64
+		    " ms ahead of this broker's: every hold here is confirmed again (redis.clock_step_ms)",
+		    hold.clock_ahead_ms);
+	hold.clock_ahead_ms = 0;
+	STAT_INC(redis_clock_steps_total);
+	if (chaos_fault != CHAOS_NO_CONFIRM)
+		lockname_foreach(lockhold_confirm_name, &all);
 }
 
 /* A new incarnation: every hold here asks to be put back. */
@@ -697,6 +810,7 @@ lockhold_incarnation_cb(const struct lockdb_inc *inc)
 	}
 	if (inc->changed && !inc->first)
 		hold.forgot();
+	lockhold_clock(inc, now);
 	if (inc->sent_ms > hold.vouched_ms)
 		hold.vouched_ms = inc->sent_ms;
 	lockreq_timer(hold.trust_ev,

@@ -150,7 +150,7 @@ lockrel_release(const char *name, const char *token, uint64_t fence,
 
 	if (vanished && delay > 0) {
 		TAILQ_INSERT_TAIL(&rel.sending, req, entry);
-		lockdb_extend(name, token, fence, delay, lockrel_done_cb, req);
+		lockdb_keep(name, token, fence, delay, lockrel_done_cb, req);
 	} else
 		lockrel_send(req, fence, LDB_DONE_NO, 0, lockrel_done_cb);
 }

@@ -80,6 +80,7 @@ static struct {
 	char mine[256];	      /* this broker's: hand-overs to its tickets */
 	char handoff[24];     /* ms a hand-over waits for its broker */
 	char live[24];	      /* ms a broker with waiters goes without asking */
+	uint64_t step_ms;     /* every lease's margin in Redis (lockdb_init) */
 	lockdb_news_fn *news; /* what the channels say goes here */
 	void (*up_fn)(void *); /* the engine's, at every connect */
 	void *up_arg;
@@ -91,7 +92,8 @@ static struct {
 	char runid[48];	   /* the command connection's Redis: "?" until INFO
 			    answers, "" if it may not be read */
 	uint64_t grace_ms; /* a new incarnation refuses grants this long */
-	uint64_t lag_ms;   /* Redis's min-replicas-max-lag, when it has one */
+	uint64_t lag_ms;   /* how long a master cut off from its replicas
+			      takes writes (min-replicas-max-lag + 2 s) */
 	char grace[24];	   /* grace_ms + lag_ms, as incarnation.lua takes it */
 	bool asking;	   /* an incarnation.lua is out */
 	bool checked;	   /* answered on this connection */
@@ -156,6 +158,12 @@ lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
 		(proto_parse_u64(w[4], UINT64_MAX, &news->ttl_ms) != 0 ||
 		    news->ttl_ms == 0)))
 		return false;
+	/* The lease in Redis has the margin lockdb_init says; the broker
+	 * trusts the rest. */
+	if (news->ttl_ms != 0)
+		news->ttl_ms = news->ttl_ms > ldb.step_ms + 1
+		    ? news->ttl_ms - ldb.step_ms
+		    : 1;
 	news->kind = LDB_NEWS_HANDED;
 	news->name = w[0];
 	news->token = w[3];
@@ -295,7 +303,11 @@ lockdb_replicas_cb(const redisReply *r, void *arg)
 			else if (strcmp(k->str, "min-replicas-max-lag") == 0)
 				lag = strtoll(v->str, NULL, 10);
 		}
-		ldb.lag_ms = to_write > 0 && lag > 0 ? (uint64_t)lag * 1000 : 0;
+		/* Redis counts a replica's lag in whole seconds since its
+		 * last ACK (sent every second), and its good replicas once
+		 * a second: cut off, it takes writes max-lag + 2 s. */
+		ldb.lag_ms =
+		    to_write > 0 && lag > 0 ? ((uint64_t)lag + 2) * 1000 : 0;
 		ldb.min_replicas = to_write > 0;
 	}
 	snprintf(
@@ -367,6 +379,17 @@ lockdb_busy_error(const char *err)
 	return NULL;
 }
 
+/* A lease left in Redis as the broker shows and trusts it: without the
+ * margin lockdb_init says every lease has there (0 when only that is
+ * left; negative, no lease: 0). */
+static uint64_t
+lockdb_left(long long pttl)
+{
+	return pttl > 0 && (uint64_t)pttl > ldb.step_ms
+	    ? (uint64_t)pttl - ldb.step_ms
+	    : 0;
+}
+
 /* The scripts' array replies hold integers; v gets up to six. */
 static bool
 lockdb_ints(const redisReply *r, size_t min, long long *v)
@@ -400,7 +423,7 @@ lockdb_parse_who(const redisReply *r, struct lockdb_reply *out)
 		if (t->type != REDIS_REPLY_INTEGER ||
 		    info->type != REDIS_REPLY_STRING)
 			return false;
-		h[i].pttl = t->integer > 0 ? (uint64_t)t->integer : 0;
+		h[i].pttl = lockdb_left(t->integer);
 		h[i].info = info->str;
 	}
 	return true;
@@ -524,7 +547,7 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 		if (!lockdb_ints(r, 1, v) || (v[0] == 1 && r->elements < 6))
 			return false;
 		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
-		out->pttl = v[1] > 0 ? (uint64_t)v[1] : 0;
+		out->pttl = lockdb_left(v[1]);
 		out->fence = v[2] > 0 ? (uint64_t)v[2] : 0;
 		out->count = v[3] > 0 ? (uint64_t)v[3] : 0;
 		out->mode = v[4] < 0 ? LDB_EXCLUSIVE
@@ -544,6 +567,11 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 			return lockdb_gate_closed(-1, 0, out);
 		out->status = v[0] == 1 ? LDB_OK : LDB_NO;
 		out->fence = v[0] == 0 && v[1] > 0 ? (uint64_t)v[1] : 0;
+		/* Held: what the broker may trust of the lease left, which
+		 * has its margin for a step of Redis's clock in it. */
+		out->pttl = v[0] != 1 || r->elements < 2 || v[1] < 0
+		    ? UINT64_MAX
+		    : lockdb_left(v[1]);
 		return true;
 	case LDB_REVOKE:
 		if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
@@ -664,7 +692,7 @@ lockdb_acquire(
 		ldb.live, ldb.inc, ldb.runid };
 
 	/* No printf on the request path (issue 16): util_u64str. */
-	util_u64str(ttl, a->ttl_ms);
+	util_u64str(ttl, a->ttl_ms + ldb.step_ms);
 	util_u64str(mark, a->mark_ms);
 	ticket[0] = '\0';
 	if (a->ticket != 0) {
@@ -736,17 +764,32 @@ lockdb_cancel(const char *name, uint64_t ticket)
 	    lockdb_cancel_cb, NULL);
 }
 
+/* extend.lua with the lease in Redis as given (ms). */
+static void
+lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
+    lockdb_cb *cb, void *arg)
+{
+	char ttl[UTIL_U64_LEN], f[UTIL_U64_LEN];
+	const char *args[8] = { token, ttl, f, ldb.broker, ldb.channel, name,
+		ldb.inc, ldb.runid };
+
+	util_u64str(ttl, ms);
+	util_u64str(f, fence);
+	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, 8, args, cb, arg);
+}
+
 void
 lockdb_extend(const char *name, const char *token, uint64_t fence,
     uint64_t ttl_ms, lockdb_cb *cb, void *arg)
 {
-	char ttl[24], f[24];
-	const char *args[8] = { token, ttl, f, ldb.broker, ldb.channel, name,
-		ldb.inc, ldb.runid };
+	lockdb_pexpire(name, token, fence, ttl_ms + ldb.step_ms, cb, arg);
+}
 
-	snprintf(ttl, sizeof ttl, "%" PRIu64, ttl_ms);
-	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, 8, args, cb, arg);
+void
+lockdb_keep(const char *name, const char *token, uint64_t fence,
+    uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	lockdb_pexpire(name, token, fence, keep_ms, cb, arg);
 }
 
 void
@@ -774,7 +817,8 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
 	const char *args[6] = { token, f, ttl, value, ldb.inc, ldb.runid };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
-	snprintf(ttl, sizeof ttl, "%" PRIu64, info != NULL ? restore_ms : 0);
+	snprintf(ttl, sizeof ttl, "%" PRIu64,
+	    info != NULL ? restore_ms + ldb.step_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
 	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, 6, args, cb, arg);
 }
@@ -789,7 +833,7 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, 3, args, cb, arg);
 }
 
-/* incarnation.lua's {id, grace ms left, made now}. */
+/* incarnation.lua's {id, grace ms left, made now, need, Redis's time}. */
 static void
 lockdb_incarnation_cb(const redisReply *r, void *arg)
 {
@@ -801,11 +845,12 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	ldb.asking = false;
 	if (r == NULL)
 		return; /* not answered: nothing confirmed */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 ||
 	    e[0]->type != REDIS_REPLY_STRING || e[0]->len == 0 ||
 	    e[0]->len >= sizeof ldb.inc || e[1]->type != REDIS_REPLY_INTEGER ||
 	    e[2]->type != REDIS_REPLY_INTEGER ||
-	    e[3]->type != REDIS_REPLY_INTEGER) {
+	    e[3]->type != REDIS_REPLY_INTEGER ||
+	    e[4]->type != REDIS_REPLY_INTEGER || e[4]->integer <= 0) {
 		log_warnx("redis: incarnation.lua: %s",
 		    r->type == REDIS_REPLY_ERROR ? r->str : "malformed reply");
 		return;
@@ -819,12 +864,13 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 		ldb.told_need = true;
 		log_warnx(
 		    "redis: another broker's grace period is %lld ms, this one's %" PRIu64
-		    " ms: give every broker the same redis.trust_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
+		    " ms: give every broker the same redis.trust_ms, redis.clock_step_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
 		    e[3]->integer, ldb.grace_ms + ldb.lag_ms);
 	}
 	inc.first = ldb.inc[0] == '\0';
 	inc.changed = strcmp(ldb.inc, e[0]->str) != 0;
 	inc.grace_ms = e[1]->integer > 0 ? (uint64_t)e[1]->integer : 0;
+	inc.redis_ms = (uint64_t)e[4]->integer;
 	if (inc.changed) {
 		memcpy(ldb.inc, e[0]->str, e[0]->len + 1);
 		if (e[2]->integer == 1 || inc.grace_ms > 0)
@@ -910,8 +956,9 @@ lockdb_chaos_no_clock(struct lockdb_script *s)
 
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms, uint64_t grace_ms)
+    uint64_t live_ms, uint64_t grace_ms, uint64_t step_ms)
 {
+	ldb.step_ms = step_ms;
 	ldb.grace_ms = grace_ms > 0 ? grace_ms : 1;
 	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64, ldb.grace_ms);
 	ldb.prefix = prefix;
@@ -920,7 +967,7 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	snprintf(ldb.to, sizeof ldb.to, "%sto:", prefix);
 	snprintf(ldb.mine, sizeof ldb.mine, "%s%s", ldb.to, broker);
 	snprintf(ldb.handoff, sizeof ldb.handoff, "%" PRIu64,
-	    handoff_ms > 0 ? handoff_ms : 1);
+	    (handoff_ms > 0 ? handoff_ms : 1) + step_ms);
 	snprintf(
 	    ldb.live, sizeof ldb.live, "%" PRIu64, live_ms > 0 ? live_ms : 1);
 	redisc_on_connect(lockdb_connected, NULL);
@@ -936,6 +983,8 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 		lockdb_lua_acquire.rs.batch_op = 1;
 		lockdb_lua_release.rs.batch = &lockdb_lua_batch.rs;
 		lockdb_lua_release.rs.batch_op = 2;
+		lockdb_lua_check.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_check.rs.batch_op = 3;
 		redisc_script_add(&lockdb_lua_batch.rs);
 	}
 	redisc_script_add(&lockdb_lua_acquire.rs);

@@ -36,7 +36,8 @@ struct lockdb_holder {
 struct lockdb_reply {
 	enum lockdb_status status;
 	uint64_t fence; /* granted; STATUS held; refused: the holder's; DONE */
-	uint64_t pttl;	/* ACQUIRE refused: when to look again; STATUS held */
+	uint64_t pttl;	/* ACQUIRE refused: when to look again; STATUS held;
+			   CHECK held: its lease left to trust */
 	const char *busy; /* UNAVAILABLE from an error reply: its code word */
 	/* STATUS held: how; CONFLICT: how it is held */
 	enum lockdb_mode mode;
@@ -113,9 +114,13 @@ void lockdb_allow_eviction(bool allow);
  * released or shortened; a release hands a grant to another broker's
  * ticket for handoff_ms until that broker confirms it; this broker's
  * tickets live live_ms past its last try with one; a new incarnation of
- * the lock data made by this broker grants nothing for grace_ms. */
+ * the lock data made by this broker grants nothing for grace_ms. Every
+ * lease is set in Redis step_ms longer than asked (redis.clock_step_ms):
+ * Redis ends keys by its wall clock, which may be stepped forward by that
+ * much without ending one before its holder stops trusting it; a lease
+ * in a hand-over's message is given back without it. */
 void lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms, uint64_t grace_ms);
+    uint64_t live_ms, uint64_t grace_ms, uint64_t step_ms);
 
 /* Grant if the mode allows (or if the token holds it already: same fence
  * back). A FILL whose watched leader finished is DONE instead. */
@@ -142,6 +147,10 @@ void lockdb_cancel(const char *name, uint64_t ticket);
  * shortened in another broker's grant is announced. */
 void lockdb_extend(const char *name, const char *token, uint64_t fence,
     uint64_t ttl_ms, lockdb_cb *cb, void *arg);
+/* As lockdb_extend, for a grant no holder trusts any more (a lock delay):
+ * kept keep_ms in Redis, without the margin for a step of its clock. */
+void lockdb_keep(const char *name, const char *token, uint64_t fence,
+    uint64_t keep_ms, lockdb_cb *cb, void *arg);
 /* Held (pttl, fence, mode, holders) or free; fence != 0: whether a holder
  * has it (valid), under token if that is not NULL. */
 void lockdb_status(const char *name, uint64_t fence, const char *token,
@@ -152,10 +161,12 @@ void lockdb_who(const char *name, lockdb_cb *cb, void *arg);
  * also kept keep_ms in :revoked for brokers that miss the message. */
 void lockdb_revoke(
     const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg);
-/* Whether the grant of token with fence still holds name (OK) or not (NO;
+/* Whether the grant of token with fence still holds name (OK; pttl: how
+ * much of its lease is left to trust, UINT64_MAX for no end) or not (NO;
  * fence: the last REVOKE's remembered, or 0). With info (the WHO entry it
  * was granted with) an exclusive grant Redis forgot is put back for
- * restore_ms, if a new incarnation's grace period is running. */
+ * restore_ms, if a new incarnation's grace period is running. A turn's
+ * checks go to Redis in batches, as acquires and releases do. */
 void lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg);
 
@@ -163,15 +174,17 @@ void lockdb_check(const char *name, const char *token, uint64_t fence,
  * The incarnation of the lock data (docs/protocol.md §8, "When Redis
  * forgets"): asked at every connect, and by the engine as a heartbeat.
  * Each answer is passed on: whether it names another incarnation than the
- * one known before (first: none was), the grace period it has left, and
+ * one known before (first: none was), the grace period it has left,
  * when the question was sent (monotonic ms): until then the answer
- * vouches for the holds of the incarnation it names.
+ * vouches for the holds of the incarnation it names; and Redis's own time
+ * then (ms on its wall clock, by which it ends keys).
  */
 struct lockdb_inc {
 	bool first;
 	bool changed;
 	uint64_t grace_ms;
 	uint64_t sent_ms;
+	uint64_t redis_ms;
 };
 
 typedef void lockdb_inc_fn(const struct lockdb_inc *);

@@ -34,6 +34,8 @@
 	    "hand-overs to a waiter here (from any broker)")                   \
 	X(renewals_total, COUNTER, "session leases renewed")                   \
 	X(renewal_failures_total, COUNTER, "renewals Redis did not answer")    \
+	X(confirms_total, COUNTER,                                             \
+	    "holds asked of Redis again (at least every redis.trust_ms)")      \
 	X(lost_expired_total, COUNTER, "EVENT LOST expired")                   \
 	X(lost_stolen_total, COUNTER, "EVENT LOST stolen")                     \
 	X(lost_unavailable_total, COUNTER, "EVENT LOST unavailable")           \
@@ -47,7 +49,10 @@
 	    "script calls sent in one request with others (a batch)")          \
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
-	X(redis_connects_total, COUNTER, "successful Redis connections")
+	X(redis_connects_total, COUNTER, "successful Redis connections")       \
+	X(redis_clock_steps_total, COUNTER,                                    \
+	    "times Redis's clock ran ahead by half of redis.clock_step_ms "    \
+	    "or more (every hold confirmed again)")
 
 enum stats_id {
 #define STATS_ENUM(name, kind, help) STAT_##name,

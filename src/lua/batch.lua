@@ -1,5 +1,5 @@
--- batch: the acquire.lua and release.lua calls one turn of the broker's
--- loop made, run as one call (issue 16), in the order they were made.
+-- batch: the acquire.lua, release.lua and check.lua calls one turn of the
+-- broker's loop made, run as one call, in the order they were made.
 --
 -- Each call runs the text of its own script unchanged (wrapped below as
 -- a function of where its keys and arguments are: embed.py names its
@@ -22,13 +22,14 @@
 --   (KEYS[1..n]: each call's lock key; then the keys of no name its
 --   script is passed, the same for every call)
 -- ARGV: n (how many calls), then for each call: its script (1: acquire,
---   2: release), how many arguments it has, and those arguments
+--   2: release, 3: check), how many arguments it has, and those arguments
 -- Returns one reply for each call, in order.
 
 local n = tonumber(ARGV[1])
 -- wrap acquire.lua as acquire
 -- wrap release.lua as release
-local scripts = {acquire, release}
+-- wrap check.lua as check
+local scripts = {acquire, release, check}
 local seen, once = nil, gate
 gate = function(k, inc, rid)
   if not (seen and seen[1] == k and seen[2] == inc and seen[3] == rid) then

@@ -1,7 +1,9 @@
 -- check: whether the grant with this token and fence still holds the name
--- (in either place), asked after the subscriber missed messages, and
--- after the broker learned of a new incarnation (incarnation.lua); when
--- not, the fence of the last REVOKE of it, if one is remembered.
+-- (in either place), and for how long: asked for every hold at least once
+-- every redis.trust_ms (many in one batch.lua call), after the subscriber
+-- missed messages, after Redis's clock ran ahead, and after the broker
+-- learned of a new incarnation (incarnation.lua); when not, the fence of
+-- the last REVOKE of it, if one is remembered.
 --
 -- Putting a hold back: with a ttl (not 0), an exclusive grant that Redis
 -- forgot (the key and its fence counter gone or lower) is set again, as
@@ -16,8 +18,9 @@
 -- A grant from before the incarnation that is held, or put back, is
 -- marked current in it (the marker's 'k:<key>', lib/leftover.lua).
 --
--- Returns {1} (held, or put back), {0, fence}, or {-1, 0} when Redis
--- serves another incarnation than the broker's (it asks which, then again).
+-- Returns {1, ms of its lease left (-1: no end)} when held or put back,
+-- {0, fence}, or {-1, 0} when Redis serves another incarnation than the
+-- broker's (it asks which, then again).
 
 local m = redis.call('HMGET', KEYS[6], 'id', 'grace', 'runid')
 if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
@@ -28,20 +31,21 @@ end
 -- include leftover.lua
 -- A grant from before this incarnation found held, or put back, is
 -- marked as current in it (lib/leftover.lua).
-local function kept(k)
+local function kept(k, left)
   local id = tonumber(ARGV[5])
   if id and tonumber(ARGV[2]) < id then
     redis.call('HSET', KEYS[6], 'k:' .. k, ARGV[5])
   end
-  return {1}
+  return {1, left}
 end
 if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
-  return kept(KEYS[1])
+  return kept(KEYS[1], redis.call('PTTL', KEYS[1]))
 end
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if s and tonumber(s) > now_ms() and string.match(redis.call('HGET',
+local now = now_ms()
+if s and tonumber(s) > now and string.match(redis.call('HGET',
     KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then
-  return kept(KEYS[1] .. ' ' .. ARGV[1])
+  return kept(KEYS[1] .. ' ' .. ARGV[1], tonumber(s) - now)
 end
 local c = tonumber(redis.call('GET', KEYS[4]) or '0')
 if ARGV[3] ~= '0' and v and v ~= '=shared' and c and
@@ -49,12 +53,12 @@ if ARGV[3] ~= '0' and v and v ~= '=shared' and c and
   v = false  -- a grant released since, in older data: nobody's
 end
 if ARGV[3] ~= '0' and not v then
-  if tonumber(m[2] or '0') > now_ms() and
+  if tonumber(m[2] or '0') > now and
       c and c <= tonumber(ARGV[2]) and
       redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
     redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + 86400000)
-    return kept(KEYS[1])
+    return kept(KEYS[1], tonumber(ARGV[3]))
   end
 end
 return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}

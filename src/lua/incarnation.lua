@@ -22,7 +22,9 @@
 --
 -- KEYS: /incarnation
 -- ARGV: run_id ("" when the broker may not read it), grace (ms)
--- Returns {id, ms of the grace period left, 1 if made now else 0, need}.
+-- Returns {id, ms of the grace period left, 1 if made now else 0, need,
+--   Redis's time in ms} (by that time the broker sees whether Redis's
+--   clock ran ahead of its own: a step that ends keys early).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -31,10 +33,10 @@ local need = math.max(tonumber(m[4] or '0') or 0, tonumber(ARGV[2]))
 if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
   redis.call('HSET', KEYS[1], 'beat', string.format('%d', now),
     'need', string.format('%d', need))
-  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need}
+  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now}
 end
 local id = t[1] .. string.format('%06d', tonumber(t[2]))
 redis.call('DEL', KEYS[1])  -- and the old one's marks of kept grants
 redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
   string.format('%d', now + need), 'need', string.format('%d', need))
-return {id, need, 1, need}
+return {id, need, 1, need, now}

@@ -1,10 +1,12 @@
 """End-to-end harness: a real redis-server and the real lockbrokerd on free
 loopback ports, spoken to over real sockets. Standard library only."""
 
+import atexit
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -19,6 +21,9 @@ SLOW = 10 if WRAPPER else 1
 # build; valgrind runs the daemon several times slower, so they get some room,
 # still far below the retry interval they are there to tell apart.
 LATE = 3 if WRAPPER else 1
+# redis.clock_step_ms's default: every lease is that much longer in Redis
+# than the broker trusts it (a step of Redis's wall clock ends it early).
+STEP = 1000
 
 
 def free_port():
@@ -96,8 +101,15 @@ class Redis:
     seed=False. A replica is never seeded: it has its master's."""
 
     def __init__(self, tmpdir, port=None, extra=(), password=None,
-                 seed=True):
+                 seed=True, clock=False):
+        """clock: run it under tests/shim/clockshift.c, so that step()
+        moves its wall clock (its TIME and its key expiry)."""
         self.tmpdir = tmpdir
+        self.clock_file = None
+        if clock:
+            self.clock_file = os.path.join(tmpdir, "redis-clock")
+            with open(self.clock_file, "wb") as f:
+                f.write(struct.pack("q", 0))
         self.port = port or free_port()
         self.own_port = port is None
         self.extra = list(extra)
@@ -114,7 +126,12 @@ class Redis:
                     "127.0.0.1", "--save", "", "--appendonly", "no",
                     "--dir", self.tmpdir, "--logfile",
                     os.path.join(self.tmpdir, "redis.log")] + self.extra
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+            env = None
+            if self.clock_file:
+                env = dict(os.environ, LD_PRELOAD=clockshift_lib(),
+                           LB_CLOCKSHIFT_FILE=self.clock_file)
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                         env=env)
             wait_for(lambda: self.proc.poll() is not None or self.ours())
             if self.proc.poll() is None or not self.own_port:
                 break
@@ -138,6 +155,15 @@ class Redis:
               "runid", runid, "grace", "0")
         finally:
             r.close()
+
+    def set_clock(self, offset_ms):
+        """Put its wall clock offset_ms ahead of the real one (behind if
+        negative): a step, seen at its next clock read."""
+        fd = os.open(self.clock_file, os.O_WRONLY)
+        try:
+            os.pwrite(fd, struct.pack("q", int(offset_ms)), 0)
+        finally:
+            os.close(fd)
 
     def ours(self):
         """True once the server on our port answers and is our process."""
@@ -177,6 +203,26 @@ class Redis:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait()
+
+
+_clockshift = None
+
+
+def clockshift_lib():
+    """tests/shim/clockshift.c built once per run (with the system's cc,
+    never with the sanitizers of the build under test: it is preloaded
+    into redis-server)."""
+    global _clockshift
+    if _clockshift is None:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "..", "shim", "clockshift.c")
+        tmp = tempfile.mkdtemp(prefix="lbshim-")
+        atexit.register(shutil.rmtree, tmp, True)
+        out = os.path.join(tmp, "clockshift.so")
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", out, src,
+                        "-ldl"], check=True)
+        _clockshift = out
+    return _clockshift
 
 
 def render_conf(sections):

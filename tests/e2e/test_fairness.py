@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, main, wait_for
+from lbtest import LATE, SLOW, STEP, BrokerTest, main, wait_for
 
 QUEUE = "lockbroker:{%s}:queue"
 
@@ -295,7 +295,7 @@ class Fairness(BrokerTest):
         self.assertEqual(h.cmd("RELEASE k"), "OK")
         self.assertRegex(w.line(), r"^OK ")
         took = time.monotonic() - start
-        bound = (2 * 200 + 500 + 200) / 1000
+        bound = (2 * 200 + 500 + STEP + 200) / 1000
         self.assertLess(took, bound * LATE + 0.3, took)
         self.assertEqual(self.queued("k"), 0)
 

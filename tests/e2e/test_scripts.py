@@ -498,7 +498,10 @@ class Scripts(BrokerTest):
                          0)
         who = self.run_script("who", "e")
         self.assertEqual(who[1], "%d %s" % (f(1), info()))
-        self.assertEqual(check(f(1)), [1])
+        held = check(f(1))       # held, and how long it has left
+        self.assertEqual(held[0], 1)
+        self.assertTrue(0 < held[1] <= self.r("PTTL", "lockbroker:{e}") + 5,
+                        held)
         self.assertEqual(check(f(2)), [0, 0])
         self.assertEqual(self.run_script("revoke", "e", CH, "e", 5000), 1)
         self.assertEqual(check(f(1)), [0, f(1)])
@@ -602,6 +605,9 @@ class Scripts(BrokerTest):
         self.r("DEL", MARK)
         made = self.run_script("incarnation", "", "run-a", 300)
         self.assertEqual((made[1], made[2], made[3]), (300, 1, 300))
+        t = self.r("TIME")       # and Redis's time, in ms
+        self.assertLess(abs(int(t[0]) * 1000 + int(t[1]) // 1000 - made[4]),
+                        1000)
         same = self.run_script("incarnation", "", "run-a", 5000)
         self.assertEqual((same[0], same[2]), (made[0], 0))
         self.assertLessEqual(same[1], 300)
@@ -623,11 +629,13 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
         t = self.r("TIME")
         self.r("HSET", MARK, "grace", int(t[0]) * 1000 + 60000)
-        self.assertEqual(put(f(3)), [1])
+        self.assertEqual(put(f(3)), [1, 30000])  # put back, for 30 s
         self.assertEqual(self.r("GET", "lockbroker:{p}"), entry)
         self.assertEqual(int(self.r("GET", "lockbroker:{p}:fence")), f(3))
         self.assertGreater(self.r("PTTL", "lockbroker:{p}"), 29000)
-        self.assertEqual(put(f(3)), [1])         # held: nothing to do
+        held = put(f(3))                         # held: nothing to do
+        self.assertEqual(held[0], 1)
+        self.assertTrue(29000 < held[1] <= 30000, held)
         self.assertEqual(put(f(2)), [0, 0])      # not its fence
         self.r("DEL", "lockbroker:{p}")
         self.r("SET", "lockbroker:{p}:fence", f(5))
@@ -650,7 +658,7 @@ class Scripts(BrokerTest):
             if keep:   # a broker found it held (or put it back)
                 self.assertEqual(self.run_script(
                     "check", name, "tok", old, 60000, "tok " + info(), inc,
-                    ""), [1])
+                    "")[0], 1)
             st = self.run_script("status", name, old, "tok", inc)
             self.assertEqual(st[0], 1 if keep else 0)
             g = self.acquire(name, "tok", inc=inc)

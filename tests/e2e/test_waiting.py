@@ -7,7 +7,7 @@ import select
 import threading
 import time
 
-from lbtest import LATE, BrokerTest, main, wait_for
+from lbtest import LATE, STEP, BrokerTest, main, wait_for
 
 
 def waiters(broker):
@@ -266,7 +266,8 @@ class TwoBrokersKill(BrokerTest):
         self.brokers.remove(self.broker)
         self.assertRegex(b.line(), r"^OK ")
         took = time.monotonic() - start
-        self.assertLess(took, 1.0 + 0.1)
+        # The lease, and its margin in Redis for a step of Redis's clock.
+        self.assertLess(took, 1.0 + STEP / 1000 + 0.1)
 
 
 class Limits(BrokerTest):

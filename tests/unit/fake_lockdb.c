@@ -101,7 +101,7 @@ lockdb_allow_eviction(bool allow)
 
 void
 lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
-    uint64_t live_ms, uint64_t grace_ms)
+    uint64_t live_ms, uint64_t grace_ms, uint64_t step_ms)
 {
 	fake_init_once();
 	snprintf(fake.broker, sizeof fake.broker, "%s", broker);
@@ -142,6 +142,13 @@ lockdb_extend(const char *name, const char *token, uint64_t fence,
 	fake_set_token(c, token);
 	c->fence = fence;
 	c->ttl_ms = ttl_ms;
+}
+
+void
+lockdb_keep(const char *name, const char *token, uint64_t fence,
+    uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	lockdb_extend(name, token, fence, keep_ms, cb, arg);
 }
 
 void
@@ -291,6 +298,9 @@ fake_reply(struct fake_call *c, enum lockdb_status status)
 {
 	struct lockdb_reply r = { .status = status };
 
+	/* A check found it held: with no end said, it trusts what it had. */
+	if (c->op == FAKE_CHECK && status == LDB_OK)
+		r.pttl = UINT64_MAX;
 	fake_answer(c, &r);
 }
 
@@ -374,6 +384,15 @@ void
 fake_incarnation(bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms)
 {
 	struct lockdb_inc inc = { first, changed, grace_ms, sent_ms };
+
+	if (fake.inc_fn != NULL)
+		fake.inc_fn(&inc);
+}
+
+void
+fake_incarnation_at(bool changed, uint64_t sent_ms, uint64_t redis_ms)
+{
+	struct lockdb_inc inc = { false, changed, 0, sent_ms, redis_ms };
 
 	if (fake.inc_fn != NULL)
 		fake.inc_fn(&inc);

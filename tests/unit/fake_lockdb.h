@@ -94,6 +94,8 @@ void fake_connect(void);
 /* incarnation.lua answered (lockdb_on_incarnation's callback). */
 void fake_incarnation(
     bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms);
+/* The same answer, saying Redis's time then (ms on its wall clock). */
+void fake_incarnation_at(bool changed, uint64_t sent_ms, uint64_t redis_ms);
 /* How many times the engine asked for the incarnation. */
 unsigned fake_incarnation_asks(void);
 /* What lockdb_up() answers (true after fake_reset). */

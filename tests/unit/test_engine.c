@@ -2930,6 +2930,59 @@ START_TEST(test_grant_from_before_new_incarnation)
 }
 END_TEST
 
+/* Every hold is confirmed in Redis at least once every trust_ms (the
+ * beat checks those not confirmed for half of it); one Redis no longer
+ * has is lost. */
+START_TEST(test_holds_confirmed)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	struct fake_call *c;
+
+	uint64_t end;
+
+	fake_incarnation(true, true, 0, mono_ms());
+	hold(1, "a", &a, 4);
+	/* Within trust_ms (lock_init's: 5 s), Redis vouching meanwhile. */
+	end = mono_ms() + (uint64_t)cf.redis.trust_ms;
+	while (fake_count() == 0 && mono_ms() < end) {
+		run_ms(50);
+		fake_incarnation(false, false, 0, mono_ms());
+	}
+	c = expect(FAKE_CHECK, "a");
+	ck_assert_uint_eq(c->fence, 4);
+	ck_assert_uint_eq(c->ttl_ms, 0); /* asks, puts nothing back */
+	fake_reply(c, LDB_NO);
+	ck_assert_str_eq(told_take(), "1 LOST a 4 stolen");
+}
+END_TEST
+
+/* Redis's clock ran ahead of ours by more than half of clock_step_ms
+ * between two beats: every hold is confirmed at once, and trusts no
+ * more than Redis says is left. A smaller step changes nothing. */
+START_TEST(test_clock_step_confirms_every_hold)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	struct lockdb_reply left = { .status = LDB_OK, .pttl = 30 };
+	uint64_t redis0 = 1800000000000, t0;
+
+	cf.redis.clock_step_ms = 1000;
+	fake_incarnation(true, true, 0, mono_ms());
+	hold(1, "a", &a, 4);
+	t0 = mono_ms();
+	fake_incarnation_at(false, t0, redis0);
+	run_ms(20);
+	fake_incarnation_at(false, mono_ms(), redis0 + (mono_ms() - t0) + 400);
+	ck_assert_uint_eq(fake_count(), 0);
+	run_ms(20);
+	fake_incarnation_at(
+	    false, mono_ms(), redis0 + (mono_ms() - t0) + 400 + 2000);
+	fake_answer(expect(FAKE_CHECK, "a"), &left);
+	ck_assert_uint_le(ttl_left(1, "a"), 30);
+	ck_assert(wait_told(1));
+	ck_assert_str_eq(told_take(), "1 LOST a 4 expired");
+}
+END_TEST
+
 static Suite *
 engine_suite(void)
 {
@@ -3023,6 +3076,8 @@ engine_suite(void)
 	tcase_add_test(tc, test_new_incarnation);
 	tcase_add_test(tc, test_new_incarnation_retakes);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
+	tcase_add_test(tc, test_holds_confirmed);
+	tcase_add_test(tc, test_clock_step_confirms_every_hold);
 #undef LOOP
 	suite_add_tcase(s, tc);
 	return s;

@@ -1,0 +1,96 @@
+"""Redis's wall clock stepped under live leases. Redis expires keys and
+answers TIME by its wall clock; the broker trusts a lease by its own
+monotonic clock. A forward step up to redis.clock_step_ms is covered by
+the margin every lease carries in Redis; beyond it the broker notices the
+step at its next beat (Redis's time ran ahead of its own) and confirms
+every hold again, told lost if Redis no longer has it. Redis runs under
+tests/shim/clockshift.c, which moves its wall clock and nothing else.
+Each test failed on the code before the fix it names."""
+
+import re
+import shutil
+import tempfile
+import time
+
+from lbtest import LATE, SLOW, BrokerTest, Redis, main
+from test_truth import KEY, LOST_RE, fence_of, next_line, read_until
+
+
+def trusted(c, name):
+    """The ms of validity LOCKS shows for name, and the monotonic time
+    just after its reply came."""
+    for line in c.until_end("LOCKS"):
+        w = line.split()
+        if w[0] == "LOCK" and w[1] == name:
+            return int(w[3]), time.monotonic()
+    raise AssertionError("%s is not in LOCKS" % name)
+
+
+class ClockStep(BrokerTest):
+    conf = {"redis": {"trust_ms": 1000}, "locks": {"lease_ms": 3000}}
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        self.redis = Redis(self.tmpdir, clock=True)
+        self.addCleanup(self.redis.kill)
+        self.clients = []
+        self.brokers = []
+        self.broker = self.start_broker(self.conf)
+
+    def assert_redis_outlasts_trust(self, c, name):
+        """Redis keeps name's lease at least as long as the broker lets
+        c trust it: the broker's end is read first, Redis's after, so
+        Redis's end is at least its PTTL plus the time between them."""
+        left, after = trusted(c, name)
+        before = time.monotonic()
+        pttl = self.redis("PTTL", KEY % name)
+        self.assertGreaterEqual(
+            pttl + (before - after) * 1000, left,
+            "%s: Redis ends the lease before the holder is told "
+            "(PTTL %d ms, trusted %d ms)" % (name, pttl, left))
+
+    def test_step_within_the_bound(self):
+        """A 1 s forward step (what chrony's makestep 1.0 allows) under a
+        20 s lock and a session lock: neither ends in Redis before its
+        holder stops trusting it, and nobody else gets them. It used to
+        end 0.8 s before its holder was told."""
+        a, s = self.client(), self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 20000"))
+        fence_of(s.cmd("ACQUIRE y"))
+        self.redis.set_clock(1000)
+        self.assert_redis_outlasts_trust(a, "x")
+        self.assert_redis_outlasts_trust(s, "y")
+        other = self.client(self.start_broker(self.conf, name="other"))
+        self.assertEqual(other.cmd("ACQUIRE x WAIT 0"), "TIMEOUT")
+        self.assertEqual(other.cmd("ACQUIRE y WAIT 0"), "TIMEOUT")
+        # Holds within the bound are kept: nothing is lost.
+        self.assertIsNone(next_line(a, 1.5))
+        self.assertIsNone(next_line(s, 0.1))
+        self.assert_redis_outlasts_trust(a, "x")
+        self.assert_redis_outlasts_trust(s, "y")
+
+    def test_step_beyond_the_bound_is_noticed(self):
+        """A 25 s forward step: a 20 s lock is gone from Redis at once,
+        and its holder is told within a beat and a round trip, not when
+        its own lease would have ended (about 19 s later, before). A 60 s
+        lock stays, trusted no longer than Redis keeps it now."""
+        a, b = self.client(), self.client()
+        fence = fence_of(a.cmd("ACQUIRE x TTL 20000"))
+        fence_of(b.cmd("ACQUIRE y TTL 60000"))
+        time.sleep(0.3)
+        self.redis.set_clock(25000)
+        start = time.monotonic()
+        line, seen = read_until(a, LOST_RE, 3 * LATE)
+        self.assertIsNotNone(line, "no EVENT LOST within 3 s (got %r)"
+                             % seen)
+        self.assertRegex(line, r"^EVENT LOST x %d (expired|stolen)$"
+                         % fence)
+        self.assertLess(time.monotonic() - start, 1.5 * LATE)
+        self.assertIn("clock", self.broker.logtext())
+        self.assert_redis_outlasts_trust(b, "y")
+        self.assertIsNone(next_line(b, 0.1))
+
+
+if __name__ == "__main__":
+    main()
