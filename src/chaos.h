@@ -33,6 +33,8 @@ enum chaos_fault {
 	CHAOS_NO_CONFIRM,	 /* holds are not confirmed in Redis every
 				    trust_ms, nor after Redis's clock ran
 				    ahead */
+	CHAOS_NO_EVICTION_CHECK, /* keys Redis evicted make no new
+				    incarnation */
 };
 
 #if LB_CHAOS_FAULTS

@@ -417,7 +417,10 @@ lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
 			lockhold_confirmed(h, req->start_ms);
 			lockhold_lease(req, h->fence);
 		} else if (r->status == LDB_NO && !h->stale) {
-			lockhold_lost(h, LOST_STOLEN);
+			/* Not held as it was: check says whether its key
+			 * was only deleted by hand (and puts it back) or
+			 * the grant is gone (stolen, revoked). */
+			lockhold_check_hold(h);
 		} else {
 			/* Try again at the next tick; expiry decides (a stale
 			 * hold's check decides whether it is put back). */
@@ -586,25 +589,26 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	lockreq_free(req);
 }
 
-/* A stale exclusive hold asks to be put back as it was granted, for what
- * is left of its validity. */
+/* An exclusive hold says how it was granted, so that Redis can put it
+ * back: a stale one for what is left of its validity, any one whose lock
+ * key alone went for the lease its fence counter remembers. */
 static void
 lockhold_check_send(struct lock_req *req)
 {
 	struct lock_hold *h = req->hold;
 	uint64_t now = mono_ms();
 	char info[LOCKREQ_INFO];
-	bool restore = h->stale && h->valid_until_ms > now &&
-	    (h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL);
+	bool excl = h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL;
+	bool restore = excl && h->stale && h->valid_until_ms > now;
 
 	lockreq_send(req);
 	STAT_INC(confirms_total);
 	req->again = false;
 	req->start_ms = now;
-	if (restore)
+	if (excl)
 		lockreq_hold_info(h, info, sizeof info);
 	lockdb_check(h->ln->name, h->token, h->fence,
-	    restore ? h->valid_until_ms - now : 0, restore ? info : NULL,
+	    restore ? h->valid_until_ms - now : 0, excl ? info : NULL,
 	    lockhold_check_cb, req);
 }
 
@@ -717,16 +721,22 @@ lockhold_stale_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ln's holds not confirmed for half of trust_ms (all, with arg) are
- * checked now: each is then confirmed within trust_ms. */
+ * checked now: with a beat every quarter of it, each is then confirmed
+ * within trust_ms. A session hold is given three quarters: its renewal,
+ * every lease/3 (3.3 s by default, trust_ms 5 s), confirms it first. */
 static void
 lockhold_confirm_name(struct lock_name *ln, void *arg)
 {
-	uint64_t now = mono_ms(), due = (uint64_t)hold.cf->redis.trust_ms / 2;
+	uint64_t now = mono_ms(), trust = (uint64_t)hold.cf->redis.trust_ms;
 	const bool *all = arg;
 	struct lock_hold *h;
 
 	LIST_FOREACH (h, &ln->holds, name_entry)
-		if (*all || h->confirmed_ms + due <= now)
+		if (*all ||
+		    h->confirmed_ms +
+			    (h->kind == LOCK_SESSION ? trust * 3 / 4
+						     : trust / 2) <=
+			now)
 			lockhold_check_hold(h);
 }
 

@@ -81,6 +81,8 @@ static struct {
 	char handoff[24];     /* ms a hand-over waits for its broker */
 	char live[24];	      /* ms a broker with waiters goes without asking */
 	uint64_t step_ms;     /* every lease's margin in Redis (lockdb_init) */
+	char skew[24];	      /* step_ms, as incarnation.lua takes it */
+	int64_t evicted;      /* Redis's evicted_keys at the last beat, or -1 */
 	lockdb_news_fn *news; /* what the channels say goes here */
 	void (*up_fn)(void *); /* the engine's, at every connect */
 	void *up_arg;
@@ -818,7 +820,7 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	snprintf(ttl, sizeof ttl, "%" PRIu64,
-	    info != NULL ? restore_ms + ldb.step_ms : 0);
+	    info != NULL && restore_ms > 0 ? restore_ms + ldb.step_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
 	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, 6, args, cb, arg);
 }
@@ -833,7 +835,25 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, 3, args, cb, arg);
 }
 
-/* incarnation.lua's {id, grace ms left, made now, need, Redis's time}. */
+/*
+ * Redis's evicted_keys, as each beat reads it (-1: not read). Keys evicted
+ * since the last beat are lock data lost in the same Redis process:
+ * incarnation.lua made a new incarnation for it, or another broker's beat
+ * did first.
+ */
+static void
+lockdb_evicted(long long n)
+{
+	if (n >= 0 && ldb.evicted >= 0 && n > ldb.evicted)
+		log_warnx(
+		    "redis: evicted %lld keys (evicted_keys %lld): lock data may be lost; a new incarnation, in whose grace period holds are put back (docs/operations.md, When Redis forgets)",
+		    n - ldb.evicted, n);
+	ldb.evicted = n;
+	STAT_SET(redis_evicted_keys, n >= 0 ? n : 0);
+}
+
+/* incarnation.lua's {id, grace ms left, made now, need, Redis's time,
+ * evicted_keys}. */
 static void
 lockdb_incarnation_cb(const redisReply *r, void *arg)
 {
@@ -845,12 +865,13 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	ldb.asking = false;
 	if (r == NULL)
 		return; /* not answered: nothing confirmed */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 ||
 	    e[0]->type != REDIS_REPLY_STRING || e[0]->len == 0 ||
 	    e[0]->len >= sizeof ldb.inc || e[1]->type != REDIS_REPLY_INTEGER ||
 	    e[2]->type != REDIS_REPLY_INTEGER ||
 	    e[3]->type != REDIS_REPLY_INTEGER ||
-	    e[4]->type != REDIS_REPLY_INTEGER || e[4]->integer <= 0) {
+	    e[4]->type != REDIS_REPLY_INTEGER || e[4]->integer <= 0 ||
+	    e[5]->type != REDIS_REPLY_INTEGER) {
 		log_warnx("redis: incarnation.lua: %s",
 		    r->type == REDIS_REPLY_ERROR ? r->str : "malformed reply");
 		return;
@@ -871,6 +892,7 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	inc.changed = strcmp(ldb.inc, e[0]->str) != 0;
 	inc.grace_ms = e[1]->integer > 0 ? (uint64_t)e[1]->integer : 0;
 	inc.redis_ms = (uint64_t)e[4]->integer;
+	lockdb_evicted(e[5]->integer);
 	if (inc.changed) {
 		memcpy(ldb.inc, e[0]->str, e[0]->len + 1);
 		if (e[2]->integer == 1 || inc.grace_ms > 0)
@@ -890,8 +912,12 @@ void
 lockdb_incarnation(void)
 {
 	char key[160];
-	const char *argv[3] = { key, ldb.runid, ldb.grace };
-	size_t lens[3];
+	const char *argv[5] = { key, ldb.runid, ldb.grace,
+		ldb.allow_eviction || chaos_fault == CHAOS_NO_EVICTION_CHECK
+		    ? "0"
+		    : "1",
+		ldb.skew };
+	size_t lens[5];
 	uint64_t *sent;
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
@@ -905,11 +931,11 @@ lockdb_incarnation(void)
 	ldb.asking = true;
 	snprintf(key, sizeof key, "%s%s", ldb.prefix,
 	    lockdb_lua_incarnation.keys[0] + 1);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 5; i++)
 		lens[i] = strlen(argv[i]);
 	sent = xmalloc(sizeof *sent);
 	*sent = mono_ms();
-	redisc_eval(&lockdb_lua_incarnation.rs, 1, 3, argv, lens,
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 5, argv, lens,
 	    lockdb_incarnation_cb, sent);
 }
 
@@ -938,19 +964,26 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 /*
  * CHAOS_NO_CLOCK_FENCE: the scripts that take a fence (lib/fence.lua's
  * next_fence) get a copy of their text that never raises the counter to
- * Redis's clock, so a counter Redis forgot starts again at 1.
+ * Redis's clock (nor to the incarnation's id, which is that clock too), so
+ * a counter Redis forgot starts again at 1.
  */
 static void
 lockdb_chaos_no_clock(struct lockdb_script *s)
 {
-	static const char clock[] = "if f < now then";
-	const char *at = strstr(s->rs.body, clock);
-	char *body;
+	static const char *const raise[][2] = {
+		{ "if f < now then", "if false   then" },
+		{ "if t[3] and f < t[3] then", "if false              then" },
+	};
+	char *body = xstrdup(s->rs.body);
 
-	if (at == NULL)
-		fatalx("chaos: %s has no '%s'", s->rs.name, clock);
-	body = xstrdup(s->rs.body);
-	memcpy(body + (at - s->rs.body), "if false   then", sizeof clock - 1);
+	for (size_t i = 0; i < sizeof raise / sizeof raise[0]; i++) {
+		char *at = strstr(body, raise[i][0]);
+
+		if (at == NULL)
+			fatalx(
+			    "chaos: %s has no '%s'", s->rs.name, raise[i][0]);
+		memcpy(at, raise[i][1], strlen(raise[i][0]));
+	}
 	s->rs.body = body;
 }
 
@@ -959,6 +992,8 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
     uint64_t live_ms, uint64_t grace_ms, uint64_t step_ms)
 {
 	ldb.step_ms = step_ms;
+	ldb.evicted = -1;
+	snprintf(ldb.skew, sizeof ldb.skew, "%" PRIu64, step_ms);
 	ldb.grace_ms = grace_ms > 0 ? grace_ms : 1;
 	snprintf(ldb.grace, sizeof ldb.grace, "%" PRIu64, ldb.grace_ms);
 	ldb.prefix = prefix;

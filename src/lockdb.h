@@ -164,8 +164,10 @@ void lockdb_revoke(
 /* Whether the grant of token with fence still holds name (OK; pttl: how
  * much of its lease is left to trust, UINT64_MAX for no end) or not (NO;
  * fence: the last REVOKE's remembered, or 0). With info (the WHO entry it
- * was granted with) an exclusive grant Redis forgot is put back for
- * restore_ms, if a new incarnation's grace period is running. A turn's
+ * was granted with) an exclusive grant whose lock key alone went (deleted
+ * by hand) is put back for the lease its fence counter remembers; with
+ * restore_ms too, one Redis forgot is put back for that long, if a new
+ * incarnation's grace period is running. A turn's
  * checks go to Redis in batches, as acquires and releases do. */
 void lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg);

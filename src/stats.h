@@ -50,6 +50,9 @@
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
 	X(redis_connects_total, COUNTER, "successful Redis connections")       \
+	X(redis_evicted_keys, GAUGE,                                           \
+	    "Redis's evicted_keys (INFO stats) at the last beat: any rise is " \
+	    "lock data lost")                                                  \
 	X(redis_clock_steps_total, COUNTER,                                    \
 	    "times Redis's clock ran ahead by half of redis.clock_step_ms "    \
 	    "or more (every hold confirmed again)")

@@ -34,6 +34,10 @@
 -- waiter also asks for its end to be marked done, and a FILL whose watched
 -- leader is done (done >= watch) is DONE.
 --
+-- A name whose lock key is gone while the fence counter still remembers
+-- its lease (lib/fence.lua) is held: someone deleted or renamed the key
+-- by hand, and its holder's broker puts it back.
+--
 -- Nothing is granted (nor refused: the broker asks again) unless the
 -- incarnation marker names the broker's incarnation and its grace period
 -- is over (lib/gate.lua). In a grace period a waiter with a ticket still
@@ -65,7 +69,8 @@ if ARGV[6] ~= '0' then
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
 local c -- the counter's value once read (false: none; nil: not read)
-if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 then
+if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 and
+    remembered(KEYS[2]) == 0 then
   -- Nobody waits (fill is set only with waiters): a plain grant
   -- (lib/plain.lua), or the slow path below.
   local f
@@ -144,9 +149,17 @@ end
 if c == nil then c = redis.call('GET', KEYS[2]) end
 local fs = c or '0'
 -- include leftover.lua
+local kept = 0 -- ms of lease the counter remembers for a missing key
 if v and leftover(KEYS[10], ARGV[13], KEYS[1], fs) then
   redis.call('DEL', KEYS[1])  -- released since, in data Redis lost
   v, holds = false, false
+elseif not v then
+  kept = remembered(KEYS[2])
+end
+if kept > 0 then
+  -- The lock key went (deleted or renamed by hand) while its lease runs:
+  -- still held, and its broker puts it back (lib/fence.lua).
+  return refuse(kept, tonumber(fs), ARGV[7] == '1' and 1 or 0)
 end
 if not v then
   if first == nil or first == tk then return grant() end

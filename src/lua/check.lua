@@ -9,7 +9,9 @@
 -- forgot (the key and its fence counter gone or lower) is set again, as
 -- it was, for ttl ms, while the incarnation the broker names is in its
 -- grace period, when nothing else can have been granted (lib/gate.lua).
--- A shared holder is not put back: it is told it lost the name.
+-- A shared holder is not put back: it is told it lost the name. An
+-- exclusive grant whose lock key alone went (deleted or renamed by hand)
+-- is put back whenever the counter still names it and remembers its lease.
 --
 -- KEYS: lock holders revoked fence who /incarnation
 -- ARGV: token, fence, ttl (ms; 0: only look), value (the key's value to
@@ -27,6 +29,7 @@ if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
   return {-1, 0}
 end
 -- include now.lua
+-- include fence.lua
 -- include holds.lua
 -- include leftover.lua
 -- A grant from before this incarnation found held, or put back, is
@@ -59,6 +62,17 @@ if ARGV[3] ~= '0' and not v then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
     redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + 86400000)
     return kept(KEYS[1], tonumber(ARGV[3]))
+  end
+end
+-- The lock key went (deleted or renamed by hand) while the counter names
+-- this grant and remembers its lease (lib/fence.lua): nobody else can have
+-- been granted the name, so it is put back as it was, for that lease.
+if not v and c == tonumber(ARGV[2]) and string.find(ARGV[4], ' %S') and
+    redis.call('EXISTS', KEYS[2]) == 0 then
+  local left = remembered(KEYS[4])
+  if left > 0 then
+    redis.call('SET', KEYS[1], ARGV[4], 'PX', left)
+    return kept(KEYS[1], left)
   end
 end
 return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}

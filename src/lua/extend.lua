@@ -47,5 +47,5 @@ if string.match(info, '^%S+ %S+ (%S+)') ~= ARGV[4] and
     ARGV[4])
 end
 redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])
-stretch(KEYS[1], KEYS[2], KEYS[3], now)
+stretch(KEYS[1], KEYS[2], KEYS[3], now, KEYS[4])
 return 1

@@ -20,23 +20,55 @@
 -- a broker that trusts its holds longer than the grace period others make
 -- can see them granted (docs/operations.md, When Redis forgets).
 --
+-- Eviction loses keys as a failover does, but in the same Redis process:
+-- the marker remembers Redis's evicted_keys (INFO stats) as evicted, and a
+-- count that moved since (up, or reset to above zero) makes a new
+-- incarnation too, even if the policy is back to noeviction by now. A
+-- broker that allows eviction (redis.allow_eviction) does not ask, nor
+-- does one whose Redis user may not run INFO (the count is then -1).
+--
+-- The id is Redis's TIME in microseconds plus skew ms: a grant from before
+-- the incarnation (its fence below the id) is a leftover unless a broker
+-- found it held (lib/leftover.lua), and the host that made the id may
+-- run behind the one that granted by up to skew (redis.clock_step_ms).
+-- No grant in it takes a fence below the id (lib/gate.lua).
+--
 -- KEYS: /incarnation
--- ARGV: run_id ("" when the broker may not read it), grace (ms)
+-- ARGV: run_id ("" when the broker may not read it), grace (ms), evictions
+--   (1: look at evicted_keys, 0: not), skew (ms)
 -- Returns {id, ms of the grace period left, 1 if made now else 0, need,
---   Redis's time in ms} (by that time the broker sees whether Redis's
---   clock ran ahead of its own: a step that ends keys early).
+--   Redis's time in ms, evicted_keys or -1} (by that time the broker sees
+--   whether Redis's clock ran ahead of its own: a step that ends keys
+--   early).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace', 'need')
+local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace', 'need',
+  'evicted')
 local need = math.max(tonumber(m[4] or '0') or 0, tonumber(ARGV[2]))
-if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') then
+local ev = -1
+if ARGV[3] == '1' then
+  local s = redis.pcall('INFO', 'stats')
+  if type(s) == 'string' then
+    ev = tonumber(string.match(s, 'evicted_keys:(%d+)') or '-1')
+  end
+end
+local was = tonumber(m[5] or '')
+local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
+if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted then
   redis.call('HSET', KEYS[1], 'beat', string.format('%d', now),
     'need', string.format('%d', need))
-  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now}
+  if ev >= 0 and ev ~= was then
+    redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
+  end
+  return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now, ev}
 end
-local id = t[1] .. string.format('%06d', tonumber(t[2]))
+local id = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) +
+  tonumber(ARGV[4]) * 1000)
 redis.call('DEL', KEYS[1])  -- and the old one's marks of kept grants
 redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
   string.format('%d', now + need), 'need', string.format('%d', need))
-return {id, need, 1, need, now}
+if ev >= 0 then
+  redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
+end
+return {id, need, 1, need, now, ev}

@@ -62,6 +62,10 @@ if v and v ~= '=shared' then
   return refuse(redis.call('PTTL', KEYS[1]))
 end
 local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
+if n == 0 and not v and remembered(KEYS[2]) > 0 then
+  -- an exclusive holder's key gone by hand (lib/fence.lua): still held
+  return refuse(remembered(KEYS[2]))
+end
 if n > 0 then
   local m = redis.call('HGET', KEYS[5], '=mode')
   if m ~= ARGV[5] then
@@ -89,7 +93,7 @@ if n > 0 then
     end
     local at = ms(now + tonumber(ARGV[2]))
     redis.call('ZADD', KEYS[4], at, ARGV[1])
-    stretch(KEYS[1], KEYS[4], KEYS[5], now)
+    stretch(KEYS[1], KEYS[4], KEYS[5], now, KEYS[2])
     redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)
     qdrop(KEYS[8], KEYS[9], tk)
     return {1, tonumber(fs)}
@@ -117,5 +121,5 @@ qdrop(KEYS[8], KEYS[9], tk)
 redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
   '=mode', ARGV[5])
-stretch(KEYS[1], KEYS[4], KEYS[5], now)
+stretch(KEYS[1], KEYS[4], KEYS[5], now, KEYS[2])
 return {1, f}

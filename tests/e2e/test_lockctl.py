@@ -427,7 +427,10 @@ class Lease(LockctlTest):
         time.sleep(0.5)  # a few renewals: the lock is held and renewed
         self.assertIsNone(p.poll())
         t0 = time.monotonic()
-        self.assertEqual(self.redis("DEL", "lockbroker:{dk}"), 1)
+        # The key and its fence counter: the key alone, while the counter
+        # remembers its lease, is put back and the lock kept.
+        self.assertEqual(self.redis("DEL", "lockbroker:{dk}",
+                                    "lockbroker:{dk}:fence"), 2)
         out, err = p.communicate(timeout=10 * SLOW)
         elapsed = time.monotonic() - t0
         self.assertEqual(p.returncode, EXIT_LOST, err)

@@ -56,7 +56,8 @@ class Scripts(BrokerTest):
         argv = [len(calls)]
         for script, k, args in calls:
             self.assertEqual(k[1:], calls[0][1][1:])
-            argv += [{"acquire": 1, "release": 2}[script], len(args)]
+            argv += [{"acquire": 1, "release": 2, "check": 3}[script],
+                     len(args)]
             argv += list(args)
         out = self.r("EVAL", embed.expand(os.path.join(LUA, "batch.lua")),
                      len(keys), *keys, *argv)
@@ -100,6 +101,12 @@ class Scripts(BrokerTest):
                             fence, broker, 300, "lockbroker:to:", 700, INC,
                             "", cost=cost)
         return r[0] if r is not None and len(r) == 1 else r
+
+    def ran_out(self, name):
+        """name's lease runs out in Redis: its lock key goes, and its
+        fence counter remembers no lease any more (lib/fence.lua)."""
+        self.r("DEL", "lockbroker:{%s}" % name)
+        self.r("PEXPIRE", "lockbroker:{%s}:fence" % name, 86400000)
 
     def plain(self, name):
         """The fence a plain grant's value carries (lib/plain.lua), or
@@ -151,18 +158,21 @@ class Scripts(BrokerTest):
 
     def test_plain_release_is_compare_and_delete(self):
         """A grant made while nobody waits carries its fence in the lock
-        key's value: its release is a GET and a DEL, and it still
-        compares the token and the fence."""
+        key's value: its release is a GET, a DEL and the counter's
+        PEXPIRE (it remembers no lease then, lib/fence.lua), and it still
+        compares the token and the fence. The grant: the gate, EXISTS of
+        the marks, PTTL of the counter (a lease it remembers), its GET,
+        and two SETs."""
         cost = {}
         self.assertEqual(self.acquire("p", "t", cost=cost), [1, f(1)])
         self.assertEqual(cost, {"hmget": 1, "time": 1, "exists": 1,
-                                "get": 1, "set": 2})
+                                "pttl": 1, "get": 1, "set": 2})
         self.assertEqual(self.plain("p"), f(1))
         self.assertEqual(self.release("p", "t", fence=f(2)), 0)
         self.assertEqual(self.release("p", "u", fence=f(1)), 0)
         cost = {}
         self.assertEqual(self.release("p", "t", fence=f(1), cost=cost), 1)
-        self.assertEqual(cost, {"get": 1, "del": 1})
+        self.assertEqual(cost, {"get": 1, "del": 1, "pexpire": 1})
         self.assertEqual(self.r("EXISTS", "lockbroker:{p}"), 0)
         # A counter gone meanwhile (by hand): the value's fence decides.
         self.acquire("p", "t")
@@ -315,7 +325,7 @@ class Scripts(BrokerTest):
         self.acquire("hq", "h")
         self.acquire("hq", "a", mark=700, ticket=ME + "#2", least=1)
         self.acquire("hq", "b", mark=700, ticket=ME + "#1", least=1)
-        self.r("DEL", "lockbroker:{hq}")  # its lease ran out
+        self.ran_out("hq")
         r = self.acquire("hq", "b", mark=700, ticket=ME + "#1", least=1)
         self.assertEqual((r[0], r[1], r[4]), (0, -1, 2))
         r = self.acquire("hq", "c", mark=700, ticket=OTHER + "#1", least=1,
@@ -415,7 +425,7 @@ class Scripts(BrokerTest):
         self.assertEqual(self.r("ZCARD", q), 0)
         # The hand-over's lease ran out unconfirmed: the name is free, and
         # a ticket first in the queue keeps it from anyone else.
-        self.r("DEL", "lockbroker:{q}")
+        self.ran_out("q")
         self.acquire("q", "c", mark=700, ticket=OTHER + "#2", least=1)
         self.assertEqual(self.acquire("q", "d")[0], 0)  # WAIT 0
         self.assertEqual(self.acquire("q", "e", mark=700, ticket=ME + "#6",
@@ -460,12 +470,13 @@ class Scripts(BrokerTest):
             return cost
 
         self.acquire("c", "h")
-        # The gate, EXISTS queue waiters, the fast path's counter and SET
-        # NX, the lock key, the queue's (empty) head, PTTL, unplain's SET,
-        # and qtake's eight.
+        # The gate, EXISTS queue waiters, the lease the counter remembers
+        # (PTTL: held, so no SET NX is tried), the lock key, the counter,
+        # the queue's (empty) head, PTTL, unplain's SET, and qtake's
+        # eight.
         self.assertEqual(queue("a", 1), {"hmget": 1, "time": 1, "exists": 1,
-                                         "get": 2, "set": 2, "zrange": 2,
-                                         "pttl": 1, "zscore": 1, "zadd": 1,
+                                         "get": 2, "set": 1, "zrange": 2,
+                                         "pttl": 2, "zscore": 1, "zadd": 1,
                                          "hset": 2, "pexpire": 3})
         # The head (a's ticket) is read with its broker's entry.
         self.assertEqual(queue("b", 2), {"hmget": 2, "time": 1, "exists": 1,
@@ -475,12 +486,13 @@ class Scripts(BrokerTest):
         cost = {}
         self.assertEqual(self.release("c", "h", f(1), cost=cost),
                          [1, f(2), 1, "a"])
-        # GET lock and counter, DEL, EXISTS queue and :fill (done 1), the
-        # gate, the head, its data, the counter's SET, qdrop, the grant's
-        # SET and the writer mark's DEL.
+        # GET lock and counter, DEL, the counter's lease forgotten
+        # (PEXPIRE), EXISTS queue and :fill (done 1), the gate, the head,
+        # its data, the counter's SET, qdrop, the grant's SET and the
+        # writer mark's DEL.
         self.assertEqual(cost, {"get": 2, "del": 2, "exists": 2,
-                                "hmget": 2, "time": 1, "zrange": 1,
-                                "hget": 1, "set": 2, "zrem": 1,
+                                "pexpire": 1, "hmget": 2, "time": 1,
+                                "zrange": 1, "hget": 1, "set": 2, "zrem": 1,
                                 "hdel": 1})
 
     def test_extend_status_who_check_revoke(self):
@@ -540,7 +552,9 @@ class Scripts(BrokerTest):
         self.assertEqual(h[:1] + h[2:], [1, 1, "w"])
         self.assertTrue(day + 19000 < pttl() <= day + 20000, pttl())
         self.assertEqual(self.release("d", "w", h[1]), 1)
-        self.assertGreater(pttl(), day)  # released: it still goes later
+        # Released: no lease left to remember, the counter goes a day
+        # later.
+        self.assertTrue(day - 1000 < pttl() <= day, pttl())
         # A shared grant keeps its counter too.
         self.share("ds", "r", "SHARED", 0)
         self.assertGreater(pttl("lockbroker:{ds}:fence"), day)
@@ -599,22 +613,91 @@ class Scripts(BrokerTest):
         self.assertEqual(self.run_script("check", "g", "t", 1, 0, "", INC,
                                          "run-b"), [-1, 0])
 
+    def test_remembered_lease(self):
+        """The fence counter remembers the lease (lib/fence.lua): with the
+        lock key deleted by hand while it runs, acquire and share refuse
+        (ms: what is left of it), check puts the grant back for it (also
+        batched), and a release with its fence frees the name; a release
+        leaves no lease remembered."""
+        g = self.acquire("r", "t", ttl=30000)
+        self.assertEqual(g[0], 1)
+        fence_key = "lockbroker:{r}:fence"
+        self.assertGreater(self.r("PTTL", fence_key), 86400000 + 29000)
+        self.r("DEL", "lockbroker:{r}")
+        no = self.acquire("r", "u")
+        self.assertEqual(no[0], 0)
+        self.assertTrue(29000 < no[1] <= 30000, no)
+        no = self.run_script("share", "r", "u", 10000, 0, info("SHARED"),
+                             "SHARED", 0, CH, "r", INC, "", "", 0, 700)
+        self.assertEqual(no[0], 0)
+        value = "t " + info()
+        put = self.batched(lambda: self.run_script(
+            "check", "r", "t", g[1], 0, value, INC, ""))[0]
+        self.assertEqual(put[0], 1)
+        self.assertTrue(29000 < put[1] <= 30000, put)
+        self.assertEqual(self.r("GET", "lockbroker:{r}"), value)
+        # Not another grant's fence, nor one whose lease ended: not put
+        # back.
+        self.r("DEL", "lockbroker:{r}")
+        self.assertEqual(self.run_script("check", "r", "t", g[1] - 1, 0,
+                                         value, INC, "")[0], 0)
+        self.assertEqual(self.release("r", "t", fence=g[1]), 1)
+        self.assertLessEqual(self.r("PTTL", fence_key), 86400000)
+        self.assertEqual(self.run_script("check", "r", "t", g[1], 0, value,
+                                         INC, "")[0], 0)
+        self.assertEqual(self.acquire("r", "u")[0], 1)
+        self.assertEqual(self.release("r", "u"), 1)
+        self.assertLessEqual(self.r("PTTL", fence_key), 86400000)
+
+    def test_incarnation_sees_eviction(self):
+        """The marker remembers Redis's evicted_keys: a count that moved
+        makes a new incarnation, and one that did not, none; a broker
+        that allows eviction does not look. The id is Redis's time plus
+        the skew asked for, in µs."""
+        self.r("DEL", MARK)
+        made = self.run_script("incarnation", "", "run-a", 300, 1, 1000)
+        t = self.r("TIME")
+        now_us = int(t[0]) * 10 ** 6 + int(t[1])
+        self.assertTrue(now_us + 900000 < int(made[0]) <= now_us + 10 ** 6,
+                        (made, now_us))
+        self.assertEqual(made[5], 0)
+        self.assertEqual(self.r("HGET", MARK, "evicted"), "0")
+        self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 1,
+                                         1000)[0], made[0])
+        # One key evicted: Redis under maxmemory with an evicting policy.
+        self.r("SET", "victim", "x", "PX", 60000)
+        used = int(re.search(r"used_memory:(\d+)",
+                             self.r("INFO", "memory")).group(1))
+        self.r("CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
+        self.r("CONFIG", "SET", "maxmemory", used - 1000)
+        self.r("SET", "w", "1")
+        self.r("CONFIG", "SET", "maxmemory", 0)
+        self.r("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        allowed = self.run_script("incarnation", "", "run-a", 300, 0, 1000)
+        self.assertEqual((allowed[0], allowed[5]), (made[0], -1))
+        again = self.run_script("incarnation", "", "run-a", 300, 1, 1000)
+        self.assertNotEqual(again[0], made[0])
+        self.assertEqual(again[2], 1)
+        self.assertGreater(again[5], 0)
+        self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 1,
+                                         1000)[0], again[0])
+
     def test_incarnation(self):
         """Made when missing or confirmed on another Redis process; kept
         (with what is left of its grace period) otherwise."""
         self.r("DEL", MARK)
-        made = self.run_script("incarnation", "", "run-a", 300)
+        made = self.run_script("incarnation", "", "run-a", 300, 0, 0)
         self.assertEqual((made[1], made[2], made[3]), (300, 1, 300))
         t = self.r("TIME")       # and Redis's time, in ms
         self.assertLess(abs(int(t[0]) * 1000 + int(t[1]) // 1000 - made[4]),
                         1000)
-        same = self.run_script("incarnation", "", "run-a", 5000)
+        same = self.run_script("incarnation", "", "run-a", 5000, 0, 0)
         self.assertEqual((same[0], same[2]), (made[0], 0))
         self.assertLessEqual(same[1], 300)
         self.assertEqual(same[3], 5000)   # the longest any broker needs
-        self.assertEqual(self.run_script("incarnation", "", "", 300)[0],
+        self.assertEqual(self.run_script("incarnation", "", "", 300, 0, 0)[0],
                          made[0])      # a broker that may not read run_id
-        other = self.run_script("incarnation", "", "run-b", 300)
+        other = self.run_script("incarnation", "", "run-b", 300, 0, 0)
         self.assertNotEqual(other[0], made[0])
         # A new incarnation waits as long as the longest need known.
         self.assertEqual((other[1], other[2], other[3]), (5000, 1, 5000))

@@ -843,6 +843,11 @@ START_TEST(test_handed_early)
 	ck_assert_uint_le(ttl_left(2, "a") + (mono_ms() - t0), earlies[_i].ttl);
 	ck_assert_uint_gt(ttl_left(2, "a"), earlies[_i].ttl / 2);
 	fake_reply(c, earlies[_i].confirm);
+	if (earlies[_i].confirm == LDB_NO) {
+		/* Refused: check says whether only its key went. */
+		ck_assert_str_eq(told_take(), "");
+		fake_reply(expect(FAKE_CHECK, "a"), LDB_NO);
+	}
 	ck_assert_str_eq(told_take(), earlies[_i].then);
 	switch (earlies[_i].confirm) {
 	case LDB_OK:
@@ -1421,6 +1426,14 @@ START_TEST(test_renewal_stolen)
 	ck_assert_uint_gt(ttl_left(1, "a"), 0);
 	ck_assert(wait_calls(1));
 	fake_reply(expect(FAKE_EXTEND, "a"), LDB_NO);
+	/* Not held as it was: asked again, with how it was granted, so that
+	 * a key deleted by hand alone is put back. */
+	ck_assert_str_eq(told_take(), "");
+	c = expect(FAKE_CHECK, "a");
+	ck_assert_uint_eq(c->fence, 1);
+	ck_assert_msg(
+	    strncmp(c->ask_info, "EXCLUSIVE ", 10) == 0, "%s", c->ask_info);
+	fake_reply(c, LDB_NO);
 	ck_assert_str_eq(told_take(), "1 LOST a 1 stolen");
 	ck_assert_ptr_null(hold_of(1, "a"));
 	ck_assert_uint_eq(fake_count(), 0);

@@ -18,6 +18,8 @@
 -- counter), or nil; c: the counter's value this script read already
 -- (false: none), or nil. Both return the fence, or an error reply, having
 -- changed nothing else; fence_of also returns the counter's value it read.
+-- A fence is never below t's third element, the incarnation's id when the
+-- gate read t (lib/gate.lua).
 local function fence_of(k, t, c)
   if c == nil then c = redis.pcall('GET', k) end
   if type(c) == 'table' then return c end
@@ -32,7 +34,18 @@ local function fence_of(k, t, c)
   local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
   -- (the chaos build's no_clock_fence variant patches out these words)
   if f < now then f = now end
+  if t[3] and f < t[3] then f = t[3] end
   return f, c
+end
+-- The counter also remembers the lease: every grant, renewal, EXTEND and
+-- put-back sets its expiry a day past the lease it sets (shared holders':
+-- past the longest, lib/holders.lua), and a release or REVOKE sets it to
+-- a day. remembered(k) is the ms of lease the counter k remembers (0:
+-- none): a lock key deleted or renamed by hand while its lease runs does
+-- not free the name (acquire.lua, share.lua), and its holder's broker puts
+-- it back (check.lua).
+local function remembered(k)
+  return math.max(0, redis.call('PTTL', k) - 86400000)
 end
 local function next_fence(k, t, ttl, c)
   local f = fence_of(k, t, c)

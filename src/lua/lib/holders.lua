@@ -4,7 +4,8 @@
 -- last) and says how many are left; stretch makes the three keys live as
 -- long as the last lease: until a millisecond past its end on TIME's clock
 -- (l must be free or "=shared"; l must not go while a lease in h is still
--- running). Needs now.lua.
+-- running), and the fence counter f remember it a day past that
+-- (lib/fence.lua's remembered). Needs now.lua.
 local function prune(l, h, who, now)
   local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))
   for _, t in ipairs(old) do redis.call('HDEL', who, t) end
@@ -16,10 +17,11 @@ local function prune(l, h, who, now)
   end
   return n
 end
-local function stretch(l, h, who, now)
+local function stretch(l, h, who, now, f)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
   local at = ms(tonumber(top[2]) + 1)
   redis.call('SET', l, '=shared', 'PXAT', at)
   redis.call('PEXPIREAT', h, at)
   redis.call('PEXPIREAT', who, at)
+  redis.call('PEXPIREAT', f, tonumber(at) + 86400000)
 end

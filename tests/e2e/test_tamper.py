@@ -1,0 +1,159 @@
+"""Lock data changed behind the brokers' backs, by someone with access to
+Redis: a lock key deleted or renamed by hand, every key of the prefix
+deleted, an evicting policy switched on for a moment. While a client
+lists a name in LOCKS and has not been told EVENT LOST, nobody else holds
+it (docs/protocol.md, What a holder can rely on). Each test failed on the
+code before the fix it names."""
+
+import re
+import signal
+import time
+
+from lbtest import LATE, SLOW, BrokerTest, Resp, main, wait_for
+from test_truth import (KEY, LOST_RE, fence_of, locks_of, next_line,
+                        read_until)
+
+TRUST = 1000
+CONF = {"redis": {"trust_ms": TRUST},
+        "limits": {"max_locks_per_client": 1000}}
+
+
+def lost_lines(c, timeout):
+    """The EVENT LOST lines c gets within timeout s of quiet."""
+    out = []
+    while True:
+        line = next_line(c, timeout)
+        if line is None:
+            return out
+        if re.match(LOST_RE, line):
+            out.append(line)
+
+
+class Tamper(BrokerTest):
+    conf = CONF
+
+    def setUp(self):
+        super().setUp()
+        self.other = self.start_broker(self.conf, name="other")
+
+    def test_deleted_lock_key_is_not_granted(self):
+        """DEL, UNLINK or RENAME of a held lock key: no broker grants the
+        name while its lease would still have run (its fence counter
+        remembers when that is), and its holder keeps it: it used to be
+        granted elsewhere within milliseconds, its holder told nothing."""
+        a, s, u = self.client(), self.client(), self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 20000"))
+        fence_of(s.cmd("ACQUIRE y"))
+        fence_of(u.cmd("ACQUIRE z TTL 20000 KEEP"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        self.assertEqual(self.redis("RENAME", KEY % "y", "junk"), "OK")
+        self.assertEqual(self.redis("UNLINK", KEY % "z"), 1)
+        o = self.client(self.other)
+        for name in ("x", "y", "z"):
+            self.assertEqual(o.cmd("ACQUIRE %s WAIT 0" % name), "TIMEOUT")
+        # Confirmed within trust_ms: put back, as it was.
+        wait_for(lambda: all(self.redis("EXISTS", KEY % n) == 1
+                             for n in "xyz"), 3 * TRUST / 1000.0 * LATE)
+        for c, name in ((a, "x"), (s, "y"), (u, "z")):
+            self.assertEqual(locks_of(c), [name])
+            self.assertEqual(o.cmd("ACQUIRE %s WAIT 0" % name), "TIMEOUT")
+        self.assertEqual(a.cmd("RELEASE x"), "OK")
+        self.assertRegex(o.cmd("ACQUIRE x WAIT 0"), r"^OK ")
+
+    def test_release_after_the_key_was_deleted(self):
+        """The holder releases a name whose key was deleted before a
+        broker noticed: the name is free at once, not kept for what is
+        left of the lease the counter remembers."""
+        a = self.client()
+        f = fence_of(a.cmd("ACQUIRE x TTL 60000"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        self.assertEqual(a.cmd("RELEASE x"), "OK")
+        o = self.client(self.other)
+        self.assertGreater(fence_of(o.cmd("ACQUIRE x WAIT 0")), f)
+
+    def test_every_key_deleted_holders_told_within_trust(self):
+        """Every lock key and fence counter deleted (the marker kept, so
+        Redis serves the same incarnation): each holder is told within
+        trust_ms and a round trip, not when its lease would have ended
+        (a minute later, before)."""
+        c = self.client()
+        names = ["n%d" % i for i in range(50)]
+        for n in names:
+            fence_of(c.cmd("ACQUIRE %s TTL 60000" % n))
+        r = Resp(self.redis.port)
+        keys = r("KEYS", "lockbroker:{*")
+        start = time.monotonic()
+        self.assertGreaterEqual(r("DEL", *keys), 100)
+        r.close()
+        lost = set()
+        while len(lost) < len(names):
+            line, seen = read_until(c, LOST_RE, 3 * TRUST / 1000.0 * LATE)
+            self.assertIsNotNone(line, "told %d of %d" %
+                                 (len(lost), len(names)))
+            lost.add(line.split()[2])
+        self.assertLess(time.monotonic() - start,
+                        (TRUST / 1000.0 + 0.5) * LATE)
+        self.assertEqual(locks_of(c), [])
+
+    def test_eviction_switched_on_for_a_moment(self):
+        """An evicting policy and a maxmemory just below what Redis uses,
+        for a moment, then back to noeviction (volatile-ttl, so that the
+        lock keys and fence counters go, and not the marker, which has no
+        expiry: its loss would be a new incarnation anyway): the brokers notice the eviction
+        (evicted_keys), make a new incarnation, and put the holds back
+        in its grace period: no holder loses its lock, and no name is
+        held on two brokers. Before, the other broker took the evicted
+        names, nobody told (and with holds only confirmed, their holders
+        were told they lost them)."""
+        holders = [self.client() for _ in range(4)]
+        names = []
+        for i in range(400):
+            n = "e%d" % i
+            fence_of(holders[i % 4].cmd("ACQUIRE %s TTL 60000" % n))
+            names.append(n)
+        # The brokers paused meanwhile (far less than trust_ms), so that
+        # what was evicted can be counted before they put it back.
+        for b in self.brokers:
+            b.proc.send_signal(signal.SIGSTOP)
+        try:
+            used = int(re.search(r"used_memory:(\d+)",
+                                 self.redis("INFO", "memory")).group(1))
+            self.redis("CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
+            self.redis("CONFIG", "SET", "maxmemory", used - 500000)
+            self.redis("SET", "filler", "x" * 100)
+            self.redis("CONFIG", "SET", "maxmemory", 0)
+            self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            left = sum(self.redis("EXISTS", KEY % n, KEY % n + ":fence")
+                       for n in names) // 2
+        finally:
+            for b in self.brokers:
+                b.proc.send_signal(signal.SIGCONT)
+        evicted = int(re.search(r"evicted_keys:(\d+)",
+                                self.redis("INFO", "stats")).group(1))
+        self.assertLess(left, len(names), "no lock was evicted")
+        # Past the grace period a new incarnation would have.
+        time.sleep((TRUST * 1.02 + 1000 + 2 * TRUST) / 1000.0 * LATE)
+        o = self.client(self.other)
+        granted = set()
+        for n in names:
+            r = o.cmd("ACQUIRE %s WAIT 0" % n)
+            if r.startswith("OK "):
+                granted.add(n)
+            else:
+                self.assertEqual(r, "TIMEOUT")
+        held = set()
+        for h in holders:
+            held.update(locks_of(h))
+        both = held & granted
+        self.assertEqual(both, set(), "%d names held on both brokers "
+                         "(%d keys evicted)" % (len(both), evicted))
+        self.assertEqual(len(held), len(names), "%d of %d lock keys "
+                         "evicted, %d holders told they lost them" %
+                         (len(names) - left, len(names),
+                          len(names) - len(held)))
+        self.assertEqual(granted, set())
+        self.assertIn("evicted", self.broker.logtext())
+
+
+if __name__ == "__main__":
+    main()
