@@ -729,15 +729,26 @@ _OWN_STOPS = ("pause_broker", "kill_broker")
 HANDOVER_LEASE_S = 2.5
 # Redis restarted or forgot: the brokers see a new incarnation and grant
 # nothing for its grace period (redis.trust_ms 1000 of the chaos brokers,
-# stretched by 2 x clock_drift), from when the first of them noticed.
+# stretched by 2 x clock_drift, and redis.clock_step_ms 1000), from when
+# the first of them noticed. A tamper that deleted the marker is one too
+# (_kind).
 FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover")
-GRACE_S = 1.0 * (1 + 2 * 0.01)
+GRACE_S = 1.0 * (1 + 2 * 0.01) + 1.0
 # Redis refusing every script (eviction: OOM under noeviction, or an
 # evicting policy the brokers refuse to grant under): no waiter can take or
 # keep its ticket meanwhile, so none is owed its place (no news is lost:
 # the scripts that would publish it do not run).
 REFUSING_KINDS = ("eviction",)
 DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
+
+
+def _kind(f):
+    """f's kind as the waiters meet it: a tamper that deleted the
+    incarnation marker is a new incarnation, as a FLUSHALL is (every
+    broker's waiters take their places again, after its grace period)."""
+    if f["kind"] == "tamper" and f.get("how") == "marker":
+        return "flushall"
+    return f["kind"]
 
 
 def _fair_excuse(w, faults, stalls=False):
@@ -747,7 +758,7 @@ def _fair_excuse(w, faults, stalls=False):
     and DEAD_TICKETS_S after a kill)."""
     a, b = w["t_sent"], w["t_end"]
     for f in faults:
-        k, heal = f["kind"], f.get("t_heal", float("inf")) + RESUBSCRIBE_S
+        k, heal = _kind(f), f.get("t_heal", float("inf")) + RESUBSCRIBE_S
         if k in FORGET_KINDS:
             heal += GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:

@@ -13,7 +13,7 @@ from topology import lbtest  # the e2e harness, on the path topology set
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
          "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis",
-         "eviction")
+         "eviction", "redis_clock_step", "tamper")
 # The Sentinel topology (chaos.py --sentinel) adds a failover to a replica
 # that missed the last writes.
 SENTINEL_KINDS = KINDS + ("lagging_failover",)
@@ -43,11 +43,16 @@ SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_grace": ("flushall", "wipe_redis"),
                       "no_clock_fence": ("flushall", "wipe_redis")}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
-LIVENESS_S = 3.0        # a heal must be followed by grants within TTL + 1 s
+LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
 LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
 FAILOVER_WAIT_S = 20.0  # ... and the longest a promotion may take
 EVICTION_POLICY = "allkeys-lru"
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
+# redis_clock_step: a forward step of every Redis node's wall clock,
+# within redis.clock_step_ms (1000, the brokers' default) less the drift a
+# lease is trusted short of.
+CLOCK_STEP_MS = (300, 900)
+MARKER = "lockbroker:incarnation"
 
 
 class Nemesis(threading.Thread):
@@ -375,6 +380,48 @@ class Nemesis(threading.Thread):
         time.sleep(0.1)
         rec["uptime_s"] = "%s->%s" % (before, b.stats().get("uptime_s"))
         return lambda: self.topo.set_clock("+0")
+
+    def _redis_clock_step(self, rec):
+        """Step every Redis node's wall clock forward by 0.3-0.9 s, within
+        redis.clock_step_ms: Redis then ends keys that much earlier than
+        it would have, and the margin every lease has in Redis must cover
+        it. A real step stays: nothing to heal (steps add up over a run,
+        which the brokers see as Redis's clock running ahead)."""
+        ms = self.rng.randint(*CLOCK_STEP_MS)
+        rec.update(target="redis", step_ms=ms, hold_s=self._hold(1, 3))
+        self.topo.step_redis_clock(ms)
+        return lambda: None
+
+    def _tamper(self, rec):
+        """Someone with access to Redis changes the lock data by hand:
+        DEL, UNLINK or RENAME of 1-3 held lock keys alone (their fence
+        counters remember the leases: nobody may be granted those names,
+        and their brokers put the keys back), or DEL of the incarnation
+        marker (a new incarnation: its grace period, holds put back)."""
+        r = self.topo.redis
+        how = self.rng.choice(("del", "unlink", "rename", "marker"))
+        rec.update(target="redis", how=how, hold_s=0.2, keys=[])
+        self._node(rec, r)
+        if how == "marker":
+            rec["keys"] = [MARKER] if r("DEL", MARKER) == 1 else []
+            return lambda: None
+        # Lock keys only: "lockbroker:{<name>}", no suffix.
+        keys = [k for k in r("KEYS", "lockbroker:{*}") or []
+                if isinstance(k, str) and k.endswith("}")]
+        for k in self.rng.sample(keys, min(len(keys),
+                                           self.rng.randint(1, 3))):
+            if how == "rename":
+                gone = r("RENAME", k, "tampered:" + k) == "OK"
+            else:
+                gone = r(how.upper(), k) == 1
+            if gone:
+                rec["keys"].append(k)
+
+        def heal():
+            for k in rec["keys"]:
+                if how == "rename":
+                    r("DEL", "tampered:" + k)
+        return heal
 
     # Liveness.
 

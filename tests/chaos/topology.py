@@ -6,6 +6,7 @@ one temporary directory. Built on tests/e2e/lbtest.py."""
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,10 @@ class Topology:
         self.variant = variant
         self.sentinel = sentinel
         self.clock_file = os.path.join(self.tmpdir, "faketime")
+        # Every Redis node's wall clock, moved together by
+        # set_redis_clock (tests/shim/clockshift.c).
+        self.redis_clock = os.path.join(self.tmpdir, "redis-clock")
+        self.redis_offset_ms = 0
         self._redis = self.proxies = self.resource = None
         self.nodes, self.links, self.sentinels, self.relays = [], [], [], []
         self.brokers = []
@@ -196,7 +201,8 @@ class Topology:
                            "master_name": MASTER_NAME}
                           for rs in self.relays]
         else:
-            self._redis = lbtest.Redis(self.tmpdir, extra=AOF)
+            self._redis = lbtest.Redis(self.tmpdir, extra=AOF,
+                                       clock=self.redis_clock)
             self._redis.own_port = False     # a restart keeps the port
             self.proxies = [Proxy(self._redis.port, seed + i,
                                   "proxy-b%d" % i) for i in range(2)]
@@ -230,7 +236,7 @@ class Topology:
             d = os.path.join(self.tmpdir, "n%d" % k)
             os.mkdir(d)
             node = lbtest.Redis(d, port=p, extra=self._node_args(
-                k, 0 if k else None))
+                k, 0 if k else None), clock=self.redis_clock)
             node.name = "n%d" % k
             self.nodes.append(node)
         self.wait_replica(1, 15)
@@ -338,6 +344,16 @@ class Topology:
             node.extra = self._node_args(k, m if m not in (None, k)
                                          else None)
         node.start()
+
+    def step_redis_clock(self, ms):
+        """Step every Redis node's wall clock by ms (forward if
+        positive), as NTP or an operator would."""
+        self.redis_offset_ms += ms
+        fd = os.open(self.redis_clock, os.O_WRONLY)
+        try:
+            os.pwrite(fd, struct.pack("q", self.redis_offset_ms), 0)
+        finally:
+            os.close(fd)
 
     def set_clock(self, offset):
         """Move the faked broker's wall clock to real time + offset."""

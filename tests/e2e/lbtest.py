@@ -102,14 +102,18 @@ class Redis:
 
     def __init__(self, tmpdir, port=None, extra=(), password=None,
                  seed=True, clock=False):
-        """clock: run it under tests/shim/clockshift.c, so that step()
-        moves its wall clock (its TIME and its key expiry)."""
+        """clock: run it under tests/shim/clockshift.c, so that
+        set_clock() moves its wall clock (its TIME and its key expiry);
+        a path instead of True shares that offset file with other
+        servers (it is made if missing)."""
         self.tmpdir = tmpdir
         self.clock_file = None
         if clock:
-            self.clock_file = os.path.join(tmpdir, "redis-clock")
-            with open(self.clock_file, "wb") as f:
-                f.write(struct.pack("q", 0))
+            self.clock_file = clock if isinstance(clock, str) else \
+                os.path.join(tmpdir, "redis-clock")
+            if not os.path.exists(self.clock_file):
+                with open(self.clock_file, "wb") as f:
+                    f.write(struct.pack("q", 0))
         self.port = port or free_port()
         self.own_port = port is None
         self.extra = list(extra)
