@@ -406,7 +406,11 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 	req->ttl_ms = ttl_ms;
 	lockreq_send(req);
 	lockhold_assume(req);
-	lockdb_extend(name, req->token, 0, ttl_ms, lock_extend_cb, req);
+	/* The grant held here, by its fence: Redis can then move the lease
+	 * even if its lock key was deleted by hand (docs/protocol.md §8). */
+	h = lock_hold_of(req->ln, req->token);
+	lockdb_extend(name, req->token, h != NULL ? h->fence : 0, ttl_ms,
+	    lock_extend_cb, req);
 	return 0;
 }
 

@@ -69,10 +69,11 @@ if ARGV[6] ~= '0' then
 end
 local val = ARGV[1] .. ' ' .. ARGV[4]
 local c -- the counter's value once read (false: none; nil: not read)
-if not closed and redis.call('EXISTS', KEYS[3], KEYS[6]) == 0 and
+if not closed and redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[7]) == 0 and
     remembered(KEYS[2]) == 0 then
-  -- Nobody waits (fill is set only with waiters): a plain grant
-  -- (lib/plain.lua), or the slow path below.
+  -- Nobody waits (fill is set only with waiters), no shared holder is
+  -- left (a "=shared" deleted by hand): a plain grant (lib/plain.lua), or
+  -- the slow path below.
   local f
   f, c = fence_of(KEYS[2], clock)
   local fs = type(f) == 'number' and string.format('%d', f)
@@ -135,6 +136,8 @@ local function grant()
   qdrop(KEYS[3], KEYS[4], tk)
   return {1, f}
 end
+-- Shared holders whose "=shared" went (deleted by hand) still hold it.
+if not v and redis.call('EXISTS', KEYS[7]) == 1 then v = '=shared' end
 if v == '=shared' then
   if prune(KEYS[1], KEYS[7], KEYS[8], now) > 0 then
     if redis.call('ZSCORE', KEYS[7], ARGV[1]) then

@@ -6,6 +6,6 @@
 -- Returns {1}.
 
 redis.call('DEL', KEYS[1])
-redis.call('PEXPIRE', KEYS[5], 86400000) -- and the lease it remembered
+redis.call('PEXPIRE', KEYS[5], 43200000) -- and the lease it remembered
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return {1}

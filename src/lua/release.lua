@@ -43,11 +43,15 @@
 -- include holds.lua
 -- include plain.lua
 if not v and ARGV[6] ~= '0' and redis.call('GET', KEYS[5]) == ARGV[6] and
-    redis.call('PTTL', KEYS[5]) > 86400000 then
-  -- The lock key went (deleted or renamed by hand) while the grant's lease
-  -- runs, and the counter remembers it (lib/fence.lua): still this
-  -- grant's, released as if the key were there.
-  v, holds = ARGV[1] .. ' EXCLUSIVE ' .. ARGV[7], true
+    redis.call('PTTL', KEYS[5]) > 86400000 and
+    redis.call('EXISTS', KEYS[3]) == 0 then
+  -- An exclusive grant's lock key went (deleted or renamed by hand) while
+  -- its lease runs, and the counter remembers it (lib/fence.lua; no shared
+  -- holder is left, whose fence it could be): still this grant's,
+  -- released as if the key were there. Which brokers hold it went with
+  -- the key: as if several did ("*"), so a release the broker makes by
+  -- itself leaves it to its lease, and a client's is announced.
+  v, holds = ARGV[1] .. ' EXCLUSIVE *', true
 end
 local fs, by, c -- the grant's fence, the broker its entry names, and
 -- the counter's value if read (false: none)
@@ -67,7 +71,7 @@ if holds then
   by = string.match(v, '^%S+ %S+ (%S+)')
   if ARGV[4] == '0' and by == '*' then return {0} end
   redis.call('DEL', KEYS[1])
-  redis.call('PEXPIRE', KEYS[5], 86400000) -- no lease left (lib/fence.lua)
+  redis.call('PEXPIRE', KEYS[5], 43200000) -- no lease left (lib/fence.lua)
   queued = marks and redis.call('EXISTS', KEYS[8]) == 1
   marks = queued or (marks and redis.call('EXISTS', KEYS[2]) == 1)
   if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
@@ -89,7 +93,7 @@ else
   local now = now_ms()
   if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then
     redis.call('DEL', KEYS[4])
-    redis.call('PEXPIRE', KEYS[5], 86400000) -- no lease (lib/fence.lua)
+    redis.call('PEXPIRE', KEYS[5], 43200000) -- no lease (lib/fence.lua)
   else
     stretch(KEYS[1], KEYS[3], KEYS[4], now, KEYS[5]) -- the longest left
   end

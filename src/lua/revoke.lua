@@ -16,7 +16,7 @@ local v = redis.call('GET', KEYS[1])
 local n = redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')
 if v and v ~= '=shared' then n = n + 1 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-redis.call('PEXPIRE', KEYS[4], 86400000) -- no lease left (lib/fence.lua)
+redis.call('PEXPIRE', KEYS[4], 43200000) -- no lease left (lib/fence.lua)
 if n > 0 then
   local f = redis.call('GET', KEYS[4]) or '0'
   redis.call('SET', KEYS[6], f, 'PX', ARGV[3])

@@ -6,10 +6,12 @@ it (docs/protocol.md, What a holder can rely on). Each test failed on the
 code before the fix it names."""
 
 import re
+import shutil
 import signal
+import tempfile
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, Resp, main, wait_for
+from lbtest import LATE, SLOW, BrokerTest, Redis, Resp, main, wait_for
 from test_truth import (KEY, LOST_RE, fence_of, locks_of, next_line,
                         read_until)
 
@@ -70,6 +72,60 @@ class Tamper(BrokerTest):
         self.assertEqual(a.cmd("RELEASE x"), "OK")
         o = self.client(self.other)
         self.assertGreater(fence_of(o.cmd("ACQUIRE x WAIT 0")), f)
+
+    def test_shared_key_deleted_then_a_reader_releases(self):
+        """The "=shared" lock key deleted, then the reader with the newest
+        fence releases: the other reader still holds the name, and no
+        writer is granted it (the release was taken for an exclusive
+        grant's, and a writer granted while a reader held it, told
+        nothing)."""
+        a, b = self.client(), self.client()
+        fence_of(a.cmd("ACQUIRE s SHARED TTL 20000"))
+        fence_of(b.cmd("ACQUIRE s SHARED TTL 20000"))
+        self.assertEqual(self.redis("DEL", KEY % "s"), 1)
+        self.assertEqual(b.cmd("RELEASE s"), "OK")
+        o = self.client(self.other)
+        self.assertEqual(o.cmd("ACQUIRE s WAIT 0"), "TIMEOUT")
+        self.assertEqual(locks_of(a), ["s"])
+
+    def test_shared_key_and_counter_deleted(self):
+        """A reader's "=shared" and fence counter deleted, its entry in
+        :holders left: a writer is still refused while it holds (the
+        plain grant's path looked at the lock key and the counter only)."""
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE s SHARED TTL 20000"))
+        self.assertEqual(self.redis("DEL", KEY % "s", KEY % "s" + ":fence"),
+                         2)
+        o = self.client(self.other)
+        self.assertEqual(o.cmd("ACQUIRE s TTL 20000 WAIT 0"), "TIMEOUT")
+        self.assertEqual(locks_of(a), ["s"])
+
+    def test_grant_of_two_brokers_deleted_then_released(self):
+        """One grant held through two brokers (the same token), its key
+        deleted, then released through one: the other broker's holder is
+        told at once, as without the DEL (it was told only at its next
+        confirmation, up to redis.trust_ms after another broker granted
+        the name)."""
+        a, b = self.client(), self.client(self.other)
+        f = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN t1"))
+        self.assertEqual(fence_of(b.cmd("ACQUIRE x TTL 60000 TOKEN t1")), f)
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        self.assertEqual(b.cmd("RELEASE x"), "OK")
+        line, seen = read_until(a, LOST_RE, 1.0 * LATE)
+        self.assertEqual(line, "EVENT LOST x %d revoked" % f, seen)
+
+    def test_extend_after_the_key_was_deleted(self):
+        """The holder's EXTEND after its key was deleted moves the lease
+        the counter remembers (it answered NOTHELD, dropped the hold, and
+        left the name blocked for the rest of the old lease)."""
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 60000"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        self.assertEqual(a.cmd("EXTEND x 1000"), "OK 1000")
+        self.assertEqual(locks_of(a), ["x"])
+        self.assertEqual(a.cmd("RELEASE x"), "OK")
+        o = self.client(self.other)
+        self.assertRegex(o.cmd("ACQUIRE x WAIT 0"), r"^OK ")
 
     def test_every_key_deleted_holders_told_within_trust(self):
         """Every lock key and fence counter deleted (the marker kept, so
@@ -153,6 +209,42 @@ class Tamper(BrokerTest):
                           len(names) - len(held)))
         self.assertEqual(granted, set())
         self.assertIn("evicted", self.broker.logtext())
+
+
+class LockDelayTamper(BrokerTest):
+    conf = {"redis": {"trust_ms": TRUST}, "locks": {"lock_delay_ms": 500}}
+
+    def test_lock_delay_after_the_key_was_deleted(self):
+        """A holder vanishes after its key was deleted: the name is kept
+        for the lock delay, not for the rest of its 10-minute lease."""
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 600000"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        a.close()
+        o = self.client()
+        wait_for(lambda: o.cmd("ACQUIRE x WAIT 0").startswith("OK "),
+                 3 * LATE, 0.05)
+
+
+class BackwardStep(BrokerTest):
+    """Redis's clock stepped back after names were released: they stay
+    free (the counter of a released name remembered a lease again)."""
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
+        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
+        self.redis = Redis(self.tmpdir, clock=True)
+        self.addCleanup(self.redis.kill)
+        self.clients = []
+        self.brokers = []
+        self.broker = self.start_broker(CONF)
+
+    def test_released_names_stay_free(self):
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 5000"))
+        self.assertEqual(a.cmd("RELEASE x"), "OK")
+        self.redis.set_clock(-30000)
+        self.assertRegex(a.cmd("ACQUIRE x WAIT 0"), r"^OK ")
 
 
 if __name__ == "__main__":

@@ -40,10 +40,12 @@ end
 -- The counter also remembers the lease: every grant, renewal, EXTEND and
 -- put-back sets its expiry a day past the lease it sets (shared holders':
 -- past the longest, lib/holders.lua), and a release or REVOKE sets it to
--- a day. remembered(k) is the ms of lease the counter k remembers (0:
--- none): a lock key deleted or renamed by hand while its lease runs does
--- not free the name (acquire.lua, share.lua), and its holder's broker puts
--- it back (check.lua).
+-- half a day (so that Redis's clock stepped back by up to that much does
+-- not make a lease seem to run again). remembered(k) is the ms of lease
+-- the counter k remembers (0: none): an exclusive grant's lock key
+-- deleted or renamed by hand while its lease runs does not free the name
+-- (acquire.lua, share.lua), and its holder's broker puts it back
+-- (check.lua).
 local function remembered(k)
   return math.max(0, redis.call('PTTL', k) - 86400000)
 end
