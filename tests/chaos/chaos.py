@@ -28,20 +28,32 @@ from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 
 VARIANTS = ("none", "no_fence", "blind_release", "no_validity", "no_limit",
             "no_foreign_notice", "owed_blind", "no_tickets", "no_grace",
-            "no_clock_fence")
+            "no_clock_fence", "no_confirm")
 # The checker each broken variant is for. The self-test passes only if
 # each variant is caught, and caught by this one.
 CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
            "no_validity": "late_grants", "no_limit": "modes",
            "no_foreign_notice": "belief", "owed_blind": "belief",
            "no_tickets": "fairness", "no_grace": "overlaps",
-           "no_clock_fence": "fences"}
+           "no_clock_fence": "fences",
+           # a hold Redis lost, its holder not told: whichever of the two
+           # invariant checkers sees the other holder first
+           "no_confirm": ("overlaps", "belief")}
+
+
+def catchers(variant):
+    """The checkers any of which catching variant passes its self-test."""
+    c = CATCHES.get(variant)
+    return c if isinstance(c, tuple) else (c,) if c else ()
 # Load the self-test changes for a variant (workers.py cfg keys): owed_blind
 # breaks only a release owed to Redis for a lease still running when it is
 # sent again, i.e. workers.py's long leases; with 5 % of the cold names'
 # acquires long it is caught in about one run in two within 60 s, with
 # half of them long within seconds.
-SELF_TEST_LOAD = {"owed_blind": {"long_share": 0.5}}
+SELF_TEST_LOAD = {"owed_blind": {"long_share": 0.5},
+                  # no_confirm: holds whose keys and counters were deleted
+                  # go untold until their lease ends; long ones show it.
+                  "no_confirm": {"long_share": 0.5}}
 N_WORKERS, N_CONNS = 8, 8
 COMMAND_TIMEOUT_S = BROKER_CONF["redis"]["command_timeout_ms"] / 1000.0
 DEFAULT_BINARY = os.path.join(HERE, "..", "..", "build-chaos", "src",
@@ -131,8 +143,8 @@ def self_test(args):
         print(report.summary(res) + "\n")
         caught = [n for n in report.CHECKERS
                   if res["checks"].get(n, {}).get("violations")]
-        results[v] = {"caught_by": caught, "expected": CATCHES[v],
-                      "ok": CATCHES[v] in caught,
+        results[v] = {"caught_by": caught, "expected": catchers(v),
+                      "ok": any(c in caught for c in catchers(v)),
                       "run_time_s": res["run_time_s"],
                       "violations": {n: len(res["checks"][n]["violations"])
                                      for n in res["checks"]},
@@ -142,7 +154,7 @@ def self_test(args):
         lines.append("  %-18s %s (%.0f s)%s" % (
             v, "caught by " + ", ".join(caught) if caught else "NOT CAUGHT",
             res["run_time_s"], "" if results[v]["ok"] else
-            "  (NOT by %s)" % CATCHES[v]))
+            "  (NOT by %s)" % " or ".join(catchers(v))))
     ok = all(r["ok"] for r in results.values())
     print("== self-test: %s\n%s" % ("PASS" if ok else "FAIL",
                                     "\n".join(lines)))
@@ -288,7 +300,7 @@ def _load_and_break(args, topo, seed, stop_when_caught, procs):
                   self_test=topo.variant if stop_when_caught else None,
                   weights=parse_weights(args.weights))
     nem.start()
-    _watch(args.duration, CATCHES.get(topo.variant) if stop_when_caught
+    _watch(args.duration, catchers(topo.variant) if stop_when_caught
            else None, topo, nem, journals)
     nem.stop()
     stop.value = 1
@@ -320,19 +332,19 @@ def _start_workers(ctx, topo, seed, stop, held, procs, load):
 
 
 def _watch(duration, catcher, topo, nem, journals):
-    """Sleep out the run; in self-test (catcher: the checker the variant is
-    for), stop as soon as that checker sees a violation in what has been
+    """Sleep out the run; in self-test (catcher: the checkers the variant
+    is for), stop as soon as one of them sees a violation in what has been
     journalled so far."""
     end = time.monotonic() + duration
     while time.monotonic() < end:
         time.sleep(min(3.0, max(0.0, end - time.monotonic())))
-        if catcher is None:
+        if not catcher:
             continue
         records = [r for j in journals for r in workers.read_journal(j)]
         found = checkers.run_all(records, topo.resource.snapshot(),
                                  list(nem.faults), time.monotonic(),
                                  COMMAND_TIMEOUT_S)
-        if found[catcher]["violations"]:
+        if any(found[c]["violations"] for c in catcher):
             return
 
 

@@ -26,8 +26,18 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # again within redis.reconnect_max_ms and asks Redis about its holds.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis", "lagging_failover")
+              "wipe_redis", "lagging_failover", "frozen_failover")
 RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
+# Lock data lost in the same incarnation (docs/protocol.md §3, the bounds
+# on how late a holder can be told): a key and its fence counter deleted
+# by hand (tamper how=wipe), the holder told when its broker confirms the
+# hold, within redis.trust_ms (1 s here); keys evicted (eviction
+# how=evict), which the brokers notice at their next beat (a quarter of
+# that): another broker may grant such a name before. (window after the
+# fault's start within which that grant may come, the longest its
+# holder may then go untold.)
+LOSS_BOUND_S = {("tamper", "wipe"): (1.0 + 0.2, 1.0 + 0.3),
+                ("eviction", "evict"): (0.25 + 0.35, 0.25 + 0.75)}
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
 
@@ -150,6 +160,20 @@ class Context:
         return [o for o in list(self.ops.get(g["token"], ())) + rels
                 if o.get("broker") is not None and o["broker"] != g["broker"]
                 and g["t_sent"] <= o["t_sent"] <= b]
+
+    def loss_excuse(self, g, t_new, t_told):
+        """Why g's holder may be told only at t_told of a grant at t_new:
+        lock data lost meanwhile (LOSS_BOUND_S), within its bound. A
+        line, or None."""
+        for f in self.faults:
+            bound = LOSS_BOUND_S.get((f["kind"], f.get("how")))
+            if bound is None or not f["t_start"] <= t_new <= \
+                    f.get("t_heal", f["t_start"]) + bound[0]:
+                continue
+            if t_told - t_new <= bound[1]:
+                return "%s #%d (how=%s) lost its lock data: told within " \
+                    "the bound" % (f["kind"], f["n"], f["how"])
+        return None
 
     def link_excuse(self, g, a, b):
         """Why news on g's token through the other broker (foreign) may
@@ -333,7 +357,12 @@ def _overlap(a, g, ctx):
            "before; holder told by %s" % (old["name"], _brief(old),
                                           _brief(new), ms, margin, how)
     if margin < 0:
-        return False, line
+        # Its lease had not ended: only lock data lost by hand or by
+        # eviction explains that, within its bound.
+        why = ctx.loss_excuse(old, new["t_granted"], t_told
+                              if how is not None
+                              else hold_end(old, ctx.t_end))
+        return (True, line + " (%s)" % why) if why else (False, line)
     if how is None:
         # Never told (it released, or its connection ended): it held on
         # until then, which only a stop or a broken link may explain.
@@ -343,7 +372,8 @@ def _overlap(a, g, ctx):
         if late_s > SLACK_S and _stopped(old, ctx.faults, new["t_granted"],
                                          t_told):
             return True, line + " (its broker or worker was stopped)"
-        why = ctx.link_excuse(old, new["t_granted"], t_told)
+        why = ctx.link_excuse(old, new["t_granted"], t_told) or \
+            ctx.loss_excuse(old, new["t_granted"], t_told)
         return (True, line + " (%s)" % why) if why and late_s > SLACK_S \
             else (False, line)
     late_s = t_told - new["t_granted"]
@@ -352,7 +382,8 @@ def _overlap(a, g, ctx):
         return True, line
     if _stopped(old, ctx.faults, new["t_granted"], t_told):
         return True, line + " (its broker or worker was stopped)"
-    why = ctx.link_excuse(old, new["t_granted"], t_told)
+    why = ctx.link_excuse(old, new["t_granted"], t_told) or \
+        ctx.loss_excuse(old, new["t_granted"], t_told)
     if why:
         return True, line + " (%s)" % why
     return False, line
@@ -507,7 +538,7 @@ def _belief_pair(old, new, ctx):
     if not listed and _during(_windows(ctx.faults, ("pause_worker",),
                                        "w%d" % old["w"]), t, end):
         return True, line + " (its worker was stopped)"
-    why = ctx.link_excuse(old, t, end)
+    why = ctx.link_excuse(old, t, end) or ctx.loss_excuse(old, t, end)
     if why:
         return True, line + " (%s)" % why
     return False, line
@@ -726,13 +757,14 @@ _OWN_STOPS = ("pause_broker", "kill_broker")
 # command_timeout_ms after its last try, then one retry_max_ms): the one
 # queue may stand still that long (the bound docs/protocol.md §4 states).
 # Not an excuse for an overtake, only for a long wait.
-HANDOVER_LEASE_S = 2.5
+HANDOVER_LEASE_S = 2.5 + 1.0  # command_timeout_ms, and clock_step_ms
 # Redis restarted or forgot: the brokers see a new incarnation and grant
 # nothing for its grace period (redis.trust_ms 1000 of the chaos brokers,
 # stretched by 2 x clock_drift, and redis.clock_step_ms 1000), from when
 # the first of them noticed. A tamper that deleted the marker is one too
 # (_kind).
-FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover")
+FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover",
+                "frozen_failover")
 GRACE_S = 1.0 * (1 + 2 * 0.01) + 1.0
 # Redis refusing every script (eviction: OOM under noeviction, or an
 # evicting policy the brokers refuse to grant under): no waiter can take or
@@ -744,9 +776,13 @@ DEAD_TICKETS_S = 2 * 0.2 + 2.5 + 0.2 + HANDOVER_LEASE_S
 
 def _kind(f):
     """f's kind as the waiters meet it: a tamper that deleted the
-    incarnation marker is a new incarnation, as a FLUSHALL is (every
-    broker's waiters take their places again, after its grace period)."""
-    if f["kind"] == "tamper" and f.get("how") == "marker":
+    incarnation marker, or keys evicted, make a new incarnation, as a
+    FLUSHALL does (every broker's waiters take their places again, after
+    its grace period); a tamper that deleted held names' keys and counters
+    loses data as a FLUSHALL does, without one."""
+    if (f["kind"], f.get("how")) in (("tamper", "marker"),
+                                     ("tamper", "wipe"),
+                                     ("eviction", "evict")):
         return "flushall"
     return f["kind"]
 
@@ -763,6 +799,10 @@ def _fair_excuse(w, faults, stalls=False):
             heal += GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
             why = "its broker"
+            if k == "kill_broker":
+                # The killed process's tickets are another broker's to
+                # the queue now: they hold it still until they die.
+                heal = max(heal, f["t_start"] + DEAD_TICKETS_S)
         elif (k in LINK_KINDS or k in REFUSING_KINDS) and (
                 "proxies" not in f or w["broker"] in f["proxies"]):
             why = "its broker's Redis link" if "proxies" in f else "Redis"

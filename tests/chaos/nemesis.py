@@ -15,15 +15,16 @@ KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis",
          "eviction", "redis_clock_step", "tamper")
 # The Sentinel topology (chaos.py --sentinel) adds a failover to a replica
-# that missed the last writes.
-SENTINEL_KINDS = KINDS + ("lagging_failover",)
+# that missed the last writes, and one away from a master frozen, not
+# killed.
+SENTINEL_KINDS = KINDS + ("lagging_failover", "frozen_failover")
 # The kinds that break a broker's Redis link (rec["proxies"] names whose)
 # or Redis itself (every broker's): news on the subscriber connection (a
 # release or a shortened lease through the other broker, a REVOKE) comes
 # late or is missed, until the broker has subscribed again.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis", "lagging_failover")
+              "wipe_redis", "lagging_failover", "frozen_failover")
 # The self-test wants the faults that make stale holders and late grants:
 # Redis stalls and slow links (400-800 ms each way) whose round trips stay
 # under the 2.5 s command timeout (so the late answer still arrives) but
@@ -41,12 +42,23 @@ SELF_TEST_KINDS = ("proxy_delay", "redis_slow", "pause_redis",
 SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_tickets": ("pause_worker",),
                       "no_grace": ("flushall", "wipe_redis"),
-                      "no_clock_fence": ("flushall", "wipe_redis")}
+                      "no_clock_fence": ("flushall", "wipe_redis"),
+                      "no_confirm": ("tamper",),
+                      "no_eviction_check": ("eviction",)}
+# ... and those variants' faults made the way that shows them: every key
+# of held names deleted, and keys evicted for a moment.
+TAMPER_HOW_OF = {"no_confirm": ("wipe",)}
+EVICTION_HOW_OF = {"no_eviction_check": ("evict",)}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
 LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
 FAILOVER_WAIT_S = 20.0  # ... and the longest a promotion may take
 EVICTION_POLICY = "allkeys-lru"
+# eviction how=evict: how long Redis evicts (shorter than the brokers go
+# between reads of the policy, a second here, so that mostly they do not
+# see it, only what it evicted),
+EVICT_S = (0.05, 0.2)
+EVICT_POLICY = "volatile-lru"  # ... every key with an expiry
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 # redis_clock_step: a forward step of every Redis node's wall clock,
 # within redis.clock_step_ms (1000, the brokers' default) less the drift a
@@ -273,9 +285,12 @@ class Nemesis(threading.Thread):
         evicted yet) for 2-5 s (how=policy), which the brokers must see
         within redis.trust_ms and refuse every grant for."""
         r = self.topo.redis
-        how = self.rng.choice(("oom", "policy"))
+        how = self.rng.choice(EVICTION_HOW_OF.get(
+            self.self_test, ("oom", "policy", "evict")))
         rec.update(target="redis", how=how)
         self._node(rec, r)
+        if how == "evict":
+            return self._evict(rec, r)
         if how == "oom":
             rec["hold_s"] = self._hold(1, 4)
             key, value = "maxmemory", "1"
@@ -292,6 +307,58 @@ class Nemesis(threading.Thread):
                 raise RuntimeError("CONFIG SET %s %s: %r" % (key, before,
                                                               got))
         return heal
+
+    def _evict(self, rec, r):
+        """how=evict: volatile-lru and a maxmemory 200 KB below what Redis
+        uses, for 0.05-0.2 s, then noeviction and no limit again: Redis
+        evicts lock keys, fence counters, queues, every key with an
+        expiry, but not the incarnation marker, which has none (were it
+        evicted, the brokers would see a new incarnation by that alone).
+        The brokers see evicted_keys move at their next beat and make a
+        new incarnation; until then another broker may grant a name whose
+        key and counter both went (the bound docs/protocol.md §3 states)."""
+        before = {k: r("CONFIG", "GET", k)[1]
+                  for k in ("maxmemory", "maxmemory-policy")}
+        used = int(r("INFO", "memory").split("used_memory:")[1]
+                   .split("\r")[0])
+        rec["hold_s"] = self._hold(*EVICT_S)
+        r("CONFIG", "SET", "maxmemory-policy", EVICT_POLICY)
+        r("CONFIG", "SET", "maxmemory", max(1, used - 200000))
+
+        def heal():
+            evicted = r("INFO", "stats").split("evicted_keys:")[1]
+            rec["evicted_keys"] = int(evicted.split("\r")[0])
+            for k, v in before.items():
+                got = r("CONFIG", "SET", k, v)
+                if got != "OK":
+                    raise RuntimeError("CONFIG SET %s %s: %r" % (k, v, got))
+        return heal
+
+    def _frozen_failover(self, rec):
+        """The master frozen (SIGSTOP), not killed, while the Sentinels
+        promote its replica: a broker waiting on its replies must leave it
+        at the switch and grant again from the new master once its grace
+        period is over. It stays frozen 0.5-2 s past the promotion; the
+        heal resumes it, and the Sentinels make it a replica."""
+        topo = self.topo
+        m = topo.master_index(all_agree=True)
+        if m is None:
+            raise RuntimeError("the Sentinels do not agree on a master")
+        topo.wait_replica(1 - m, 10)
+        old = topo.nodes[m]
+        rec.update(target="redis", node=old.name)
+        rec["t_freeze"] = time.monotonic()
+        old.proc.send_signal(signal.SIGSTOP)
+        end = time.monotonic() + FAILOVER_WAIT_S
+        while topo.master_index(all_agree=True) != 1 - m:
+            if time.monotonic() > end:
+                rec.update(promoted=False, hold_s=0)
+                return lambda: old.proc.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+        rec["promoted_after_s"] = round(time.monotonic() - rec["t_freeze"],
+                                        2)
+        rec["hold_s"] = self._hold(0.5, 2)
+        return lambda: old.proc.send_signal(signal.SIGCONT)
 
     def _proxy(self, rec, mode, both=False, **kw):
         """Put one broker's Redis proxy (or both) in mode; the heal is back
@@ -397,21 +464,34 @@ class Nemesis(threading.Thread):
         DEL, UNLINK or RENAME of 1-3 held lock keys alone (their fence
         counters remember the leases: nobody may be granted those names,
         and their brokers put the keys back), or DEL of the incarnation
-        marker (a new incarnation: its grace period, holds put back)."""
+        marker (a new incarnation: its grace period, holds put back), or
+        (how=wipe) DEL of 3-6 held lock keys (waited for, if any) with
+        their fence counters:
+        data loss, whose holders are told within redis.trust_ms, and whose
+        names another broker may grant meanwhile (the bound
+        docs/protocol.md §3 states)."""
         r = self.topo.redis
-        how = self.rng.choice(("del", "unlink", "rename", "marker"))
+        how = self.rng.choice(TAMPER_HOW_OF.get(
+            self.self_test, ("del", "unlink", "rename", "marker", "wipe")))
         rec.update(target="redis", how=how, hold_s=0.2, keys=[])
         self._node(rec, r)
         if how == "marker":
             rec["keys"] = [MARKER] if r("DEL", MARKER) == 1 else []
             return lambda: None
-        # Lock keys only: "lockbroker:{<name>}", no suffix.
+        # Lock keys only: "lockbroker:{<name>}", no suffix; for a wipe,
+        # those someone waits for if any (another grant comes at once).
         keys = [k for k in r("KEYS", "lockbroker:{*}") or []
                 if isinstance(k, str) and k.endswith("}")]
-        for k in self.rng.sample(keys, min(len(keys),
-                                           self.rng.randint(1, 3))):
+        if how == "wipe":
+            waited = [k for k in keys
+                      if r("EXISTS", k + ":queue", k + ":waiters") > 0]
+            keys = waited or keys
+        n = self.rng.randint(*((3, 6) if how == "wipe" else (1, 3)))
+        for k in self.rng.sample(keys, min(len(keys), n)):
             if how == "rename":
                 gone = r("RENAME", k, "tampered:" + k) == "OK"
+            elif how == "wipe":
+                gone = r("DEL", k, k + ":fence") >= 1
             else:
                 gone = r(how.upper(), k) == 1
             if gone:
