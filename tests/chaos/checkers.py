@@ -31,13 +31,13 @@ RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # Lock data lost in the same incarnation (docs/protocol.md §3, the bounds
 # on how late a holder can be told): a key and its fence counter deleted
 # by hand (tamper how=wipe), the holder told when its broker confirms the
-# hold, within redis.trust_ms (1 s here); keys evicted (eviction
-# how=evict), which the brokers notice at their next beat (a quarter of
+# hold, within redis.trust_ms (1 s here); keys evicted (evict_window),
+# which the brokers notice at their next beat (a quarter of
 # that): another broker may grant such a name before. (window after the
 # fault's start within which that grant may come, the longest its
 # holder may then go untold.)
 LOSS_BOUND_S = {("tamper", "wipe"): (1.0 + 0.2, 1.0 + 0.3),
-                ("eviction", "evict"): (0.25 + 0.35, 0.25 + 0.75)}
+                ("evict_window", None): (0.25 + 0.35, 0.25 + 0.75)}
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
 
@@ -171,8 +171,8 @@ class Context:
                     f.get("t_heal", f["t_start"]) + bound[0]:
                 continue
             if t_told - t_new <= bound[1]:
-                return "%s #%d (how=%s) lost its lock data: told within " \
-                    "the bound" % (f["kind"], f["n"], f["how"])
+                return "%s #%d lost lock data: told within the bound" % (
+                    f["kind"], f["n"])
         return None
 
     def link_excuse(self, g, a, b):
@@ -782,7 +782,7 @@ def _kind(f):
     loses data as a FLUSHALL does, without one."""
     if (f["kind"], f.get("how")) in (("tamper", "marker"),
                                      ("tamper", "wipe"),
-                                     ("eviction", "evict")):
+                                     ("evict_window", None)):
         return "flushall"
     return f["kind"]
 

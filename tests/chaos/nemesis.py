@@ -13,7 +13,7 @@ from topology import lbtest  # the e2e harness, on the path topology set
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
          "redis_slow", "clock_jump", "redis_drop", "flushall", "wipe_redis",
-         "eviction", "redis_clock_step", "tamper")
+         "eviction", "evict_window", "redis_clock_step", "tamper")
 # The Sentinel topology (chaos.py --sentinel) adds a failover to a replica
 # that missed the last writes, and one away from a master frozen, not
 # killed.
@@ -43,21 +43,19 @@ SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_tickets": ("pause_worker",),
                       "no_grace": ("flushall", "wipe_redis"),
                       "no_clock_fence": ("flushall", "wipe_redis"),
-                      "no_confirm": ("tamper",),
-                      "no_eviction_check": ("eviction",)}
-# ... and those variants' faults made the way that shows them: every key
-# of held names deleted, and keys evicted for a moment.
+                      "no_confirm": ("tamper",)}
+# ... and that variant's tamper made the way that shows it: every key of
+# held names deleted.
 TAMPER_HOW_OF = {"no_confirm": ("wipe",)}
-EVICTION_HOW_OF = {"no_eviction_check": ("evict",)}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
 LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
 FAILOVER_WAIT_S = 20.0  # ... and the longest a promotion may take
 EVICTION_POLICY = "allkeys-lru"
-# eviction how=evict: how long Redis evicts (shorter than the brokers go
+# evict_window: how long Redis evicts (shorter than the brokers go
 # between reads of the policy, a second here, so that mostly they do not
 # see it, only what it evicted),
-EVICT_S = (0.05, 0.2)
+EVICT_S = (0.05, 0.2)   # evict_window
 EVICT_POLICY = "volatile-lru"  # ... every key with an expiry
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 # redis_clock_step: a forward step of every Redis node's wall clock,
@@ -285,12 +283,9 @@ class Nemesis(threading.Thread):
         evicted yet) for 2-5 s (how=policy), which the brokers must see
         within redis.trust_ms and refuse every grant for."""
         r = self.topo.redis
-        how = self.rng.choice(EVICTION_HOW_OF.get(
-            self.self_test, ("oom", "policy", "evict")))
+        how = self.rng.choice(("oom", "policy"))
         rec.update(target="redis", how=how)
         self._node(rec, r)
-        if how == "evict":
-            return self._evict(rec, r)
         if how == "oom":
             rec["hold_s"] = self._hold(1, 4)
             key, value = "maxmemory", "1"
@@ -308,8 +303,8 @@ class Nemesis(threading.Thread):
                                                               got))
         return heal
 
-    def _evict(self, rec, r):
-        """how=evict: volatile-lru and a maxmemory 200 KB below what Redis
+    def _evict_window(self, rec):
+        """volatile-lru and a maxmemory 200 KB below what Redis
         uses, for 0.05-0.2 s, then noeviction and no limit again: Redis
         evicts lock keys, fence counters, queues, every key with an
         expiry, but not the incarnation marker, which has none (were it
@@ -317,6 +312,9 @@ class Nemesis(threading.Thread):
         The brokers see evicted_keys move at their next beat and make a
         new incarnation; until then another broker may grant a name whose
         key and counter both went (the bound docs/protocol.md §3 states)."""
+        r = self.topo.redis
+        rec.update(target="redis")
+        self._node(rec, r)
         before = {k: r("CONFIG", "GET", k)[1]
                   for k in ("maxmemory", "maxmemory-policy")}
         used = int(r("INFO", "memory").split("used_memory:")[1]
