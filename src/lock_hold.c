@@ -720,10 +720,12 @@ lockhold_stale_cb(evutil_socket_t fd, short what, void *arg)
 	lockname_foreach(lockhold_lose_name, &only_stale);
 }
 
-/* ln's holds not confirmed for half of trust_ms (all, with arg) are
- * checked now: with a beat every quarter of it, each is then confirmed
- * within trust_ms. A session hold is given three quarters: its renewal,
- * every lease/3 (3.3 s by default, trust_ms 5 s), confirms it first. */
+/* ln's holds not confirmed for half of trust_ms and not being checked
+ * are checked now: with a beat every quarter of it, each is then
+ * confirmed within trust_ms. A session hold is given three quarters: its
+ * renewal, every lease/3 (3.3 s by default, trust_ms 5 s), confirms it
+ * first. With arg, every hold, one being checked asked again once
+ * answered (an answer from before now says too little). */
 static void
 lockhold_confirm_name(struct lock_name *ln, void *arg)
 {
@@ -731,13 +733,14 @@ lockhold_confirm_name(struct lock_name *ln, void *arg)
 	const bool *all = arg;
 	struct lock_hold *h;
 
-	LIST_FOREACH (h, &ln->holds, name_entry)
+	LIST_FOREACH (h, &ln->holds, name_entry) {
+		uint64_t due =
+		    h->kind == LOCK_SESSION ? trust * 3 / 4 : trust / 2;
+
 		if (*all ||
-		    h->confirmed_ms +
-			    (h->kind == LOCK_SESSION ? trust * 3 / 4
-						     : trust / 2) <=
-			now)
+		    (h->checking == NULL && h->confirmed_ms + due <= now))
 			lockhold_check_hold(h);
+	}
 }
 
 static void

@@ -66,12 +66,16 @@ if ARGV[3] ~= '0' and not v then
 end
 -- The lock key went (deleted or renamed by hand) while the counter names
 -- this grant and remembers its lease (lib/fence.lua): nobody else can have
--- been granted the name, so it is put back as it was, for that lease.
+-- been granted the name, so it is put back, for that lease, with its
+-- broker unknown ("?": other brokers may hold the grant too, so its
+-- release and shortening are announced, as for "*", but a broker's own
+-- release still frees it).
 if not v and c == tonumber(ARGV[2]) and string.find(ARGV[4], ' %S') and
     redis.call('EXISTS', KEYS[2]) == 0 then
   local left = remembered(KEYS[4])
   if left > 0 then
-    redis.call('SET', KEYS[1], ARGV[4], 'PX', left)
+    redis.call('SET', KEYS[1], (string.gsub(ARGV[4], '^(%S+ %S+) %S+',
+      '%1 ?')), 'PX', left)
     return kept(KEYS[1], left)
   end
 end

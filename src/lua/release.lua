@@ -49,9 +49,9 @@ if not v and ARGV[6] ~= '0' and redis.call('GET', KEYS[5]) == ARGV[6] and
   -- its lease runs, and the counter remembers it (lib/fence.lua; no shared
   -- holder is left, whose fence it could be): still this grant's,
   -- released as if the key were there. Which brokers hold it went with
-  -- the key: as if several did ("*"), so a release the broker makes by
-  -- itself leaves it to its lease, and a client's is announced.
-  v, holds = ARGV[1] .. ' EXCLUSIVE *', true
+  -- the key: its broker is unknown ("?"), so the release is announced,
+  -- and the grant's holds on any other broker are lost at once.
+  v, holds = ARGV[1] .. ' EXCLUSIVE ?', true
 end
 local fs, by, c -- the grant's fence, the broker its entry names, and
 -- the counter's value if read (false: none)

@@ -62,8 +62,8 @@ if v and v ~= '=shared' then
   return refuse(redis.call('PTTL', KEYS[1]))
 end
 local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
-if n == 0 and not v and remembered(KEYS[2]) > 0 then
-  -- an exclusive holder's key gone by hand (lib/fence.lua): still held
+if n == 0 and remembered(KEYS[2]) > 0 then
+  -- a holder's keys gone by hand (lib/fence.lua): still held
   return refuse(remembered(KEYS[2]))
 end
 if n > 0 then

@@ -16,8 +16,10 @@ from test_truth import (KEY, LOST_RE, fence_of, locks_of, next_line,
                         read_until)
 
 TRUST = 1000
+ADMIN = "adm1n-secret"
 CONF = {"redis": {"trust_ms": TRUST},
-        "limits": {"max_locks_per_client": 1000}}
+        "limits": {"max_locks_per_client": 1000},
+        "auth": {"admin_secret": ADMIN}}
 
 
 def lost_lines(c, timeout):
@@ -126,6 +128,57 @@ class Tamper(BrokerTest):
         self.assertEqual(a.cmd("RELEASE x"), "OK")
         o = self.client(self.other)
         self.assertRegex(o.cmd("ACQUIRE x WAIT 0"), r"^OK ")
+
+    def test_holder_gone_after_its_key_was_deleted(self):
+        """The holder disconnects after its key was deleted: its broker's
+        own release frees the name at once (it was left to the rest of
+        its lease, the grant's brokers being unknown)."""
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE x TTL 600000"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        a.close()
+        o = self.client(self.other)
+        wait_for(lambda: o.cmd("ACQUIRE x WAIT 0").startswith("OK "),
+                 2 * LATE, 0.05)
+
+    def test_put_back_grant_of_two_brokers_released(self):
+        """One grant held through two brokers, its key deleted and put
+        back by one of them, then released through it: the other
+        broker's holder is told at once (the put-back named only the
+        broker that made it, so the release was not announced)."""
+        a, b = self.client(), self.client(self.other)
+        f = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN t1"))
+        fence_of(b.cmd("ACQUIRE x TTL 60000 TOKEN t1"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        wait_for(lambda: self.redis("EXISTS", KEY % "x") == 1,
+                 3 * TRUST / 1000.0 * LATE)
+        self.assertEqual(a.cmd("RELEASE x"), "OK")
+        line, seen = read_until(b, LOST_RE, 1.0 * LATE)
+        self.assertEqual(line, "EVENT LOST x %d revoked" % f, seen)
+
+    def test_revoke_after_the_key_was_deleted(self):
+        """REVOKE of a name whose key was deleted: its holder is told, as
+        without the DEL (REVOKE found no holder, told nobody, and freed
+        the name)."""
+        a = self.client()
+        f = fence_of(a.cmd("ACQUIRE x TTL 60000"))
+        self.assertEqual(self.redis("DEL", KEY % "x"), 1)
+        adm = self.client(self.other)
+        self.assertEqual(adm.cmd("AUTH " + ADMIN), "OK")
+        self.assertEqual(adm.cmd("REVOKE x"), "OK 1")
+        line, seen = read_until(a, LOST_RE, 1.0 * LATE)
+        self.assertEqual(line, "EVENT LOST x %d revoked" % f, seen)
+
+    def test_limit_holders_deleted(self):
+        """A LIMIT 1 holder's :holders deleted: nobody else is let in
+        while the counter remembers its lease (a second LIMIT 1 holder
+        was, for the rest of the first's lease)."""
+        a = self.client()
+        fence_of(a.cmd("ACQUIRE s LIMIT 1 TTL 20000"))
+        self.assertEqual(self.redis("DEL", KEY % "s" + ":holders"), 1)
+        o = self.client(self.other)
+        self.assertEqual(o.cmd("ACQUIRE s LIMIT 1 TTL 20000 WAIT 0"),
+                         "TIMEOUT")
 
     def test_every_key_deleted_holders_told_within_trust(self):
         """Every lock key and fence counter deleted (the marker kept, so
