@@ -409,14 +409,17 @@ class Client:
 
 
 class BrokerTest(unittest.TestCase):
-    """One Redis and one broker per test; the broker must stop cleanly."""
+    """One Redis and one broker per test; the broker must stop cleanly.
+    redis_clock: the Redis runs under tests/shim/clockshift.c (its
+    set_clock steps its wall clock)."""
 
     conf = None
+    redis_clock = False
 
     def setUp(self):
         self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
         self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        self.redis = Redis(self.tmpdir)
+        self.redis = Redis(self.tmpdir, clock=self.redis_clock)
         self.addCleanup(self.redis.kill)
         self.clients = []
         self.brokers = []

@@ -8,11 +8,9 @@ tests/shim/clockshift.c, which moves its wall clock and nothing else.
 Each test failed on the code before the fix it names."""
 
 import re
-import shutil
-import tempfile
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, Redis, main
+from lbtest import LATE, SLOW, BrokerTest, main
 from test_truth import KEY, LOST_RE, fence_of, next_line, read_until
 
 
@@ -29,14 +27,7 @@ def trusted(c, name):
 class RedisClock(BrokerTest):
     """A Redis under tests/shim/clockshift.c, and a broker."""
 
-    def setUp(self):
-        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
-        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        self.redis = Redis(self.tmpdir, clock=True)
-        self.addCleanup(self.redis.kill)
-        self.clients = []
-        self.brokers = []
-        self.broker = self.start_broker(self.conf)
+    redis_clock = True
 
 
 class ClockStep(RedisClock):

@@ -6,12 +6,10 @@ it (docs/protocol.md, What a holder can rely on). Each test failed on the
 code before the fix it names."""
 
 import re
-import shutil
 import signal
-import tempfile
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, Redis, Resp, main, wait_for
+from lbtest import LATE, SLOW, BrokerTest, Resp, main, wait_for
 from test_truth import (KEY, LOST_RE, fence_of, locks_of, next_line,
                         read_until)
 
@@ -20,17 +18,6 @@ ADMIN = "adm1n-secret"
 CONF = {"redis": {"trust_ms": TRUST},
         "limits": {"max_locks_per_client": 1000},
         "auth": {"admin_secret": ADMIN}}
-
-
-def lost_lines(c, timeout):
-    """The EVENT LOST lines c gets within timeout s of quiet."""
-    out = []
-    while True:
-        line = next_line(c, timeout)
-        if line is None:
-            return out
-        if re.match(LOST_RE, line):
-            out.append(line)
 
 
 class Tamper(BrokerTest):
@@ -283,14 +270,8 @@ class BackwardStep(BrokerTest):
     """Redis's clock stepped back after names were released: they stay
     free (the counter of a released name remembered a lease again)."""
 
-    def setUp(self):
-        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-")
-        self.addCleanup(shutil.rmtree, self.tmpdir, ignore_errors=True)
-        self.redis = Redis(self.tmpdir, clock=True)
-        self.addCleanup(self.redis.kill)
-        self.clients = []
-        self.brokers = []
-        self.broker = self.start_broker(CONF)
+    conf = CONF
+    redis_clock = True
 
     def test_released_names_stay_free(self):
         a = self.client()
