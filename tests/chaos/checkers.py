@@ -14,6 +14,8 @@ import bisect
 import collections
 
 CLOCK_DRIFT = 0.01        # locks.clock_drift, the brokers' default
+STEP_S = 1.0              # redis.clock_step_ms, the brokers' default: every
+                          # lease runs that much longer in Redis
 # A client's clock reading is off the broker's by its scheduling delays
 # (both ways, on a loaded 2-core machine running other jobs too): 24 ms
 # has been seen, so judge only what is later than this.
@@ -828,9 +830,12 @@ def _fair_grants(grants, name, faults, t_end):
     grant (no sooner than OVERTAKE_S before its OK was read, unless a fault of
     its broker, link or worker may have delayed that OK: then from its
     ACQUIRE) until it was
-    released (RELEASE answered), told lost, or, if neither is known, its
-    lease may have run on after the last of its holds ended (or the run
-    did)."""
+    released (RELEASE answered), told lost (expired, or revoked by a
+    shorter lease through another connection: a lease its broker did not
+    release, its token held elsewhere, runs on in Redis by the margin every
+    lease has there, STEP_S, and the drift its holder was told short of),
+    or, if neither is known, its lease may have run on after the last of
+    its holds ended (or the run did), margin included."""
     by_fence = collections.defaultdict(list)
     for g in grants:
         if g["name"] == name:
@@ -844,10 +849,13 @@ def _fair_grants(grants, name, faults, t_end):
             rel = str(g.get("release_reply", ""))
             if rel == "OK" or rel.startswith("ERR NOTHELD"):
                 ends.append(g["t_release_reply"])
-            elif g.get("lost_reason") in ("expired", "revoked", "stolen"):
+            elif g.get("lost_reason") in ("expired", "revoked"):
+                ends.append(g["t_lost"] + STEP_S +
+                            CLOCK_DRIFT * g["ttl"] / 1000.0)
+            elif g.get("lost_reason") == "stolen":
                 ends.append(g["t_lost"])
             else:
-                ends.append(hold_end(g, t_end) + g["ttl"] / 1000.0)
+                ends.append(hold_end(g, t_end) + g["ttl"] / 1000.0 + STEP_S)
         out.append({"fence": fence, "token": first["token"],
                     "client": first["client"], "broker": first["broker"],
                     "t_sent": first["t_sent"],
