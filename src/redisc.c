@@ -183,6 +183,19 @@ redisc_arm_timeout(void)
  * connection may be dead without a reset (a host gone, a partition).
  * Close it and reconnect rather than wait for TCP to notice.
  */
+/* Close conn now, without waiting for the replies still owed (those
+ * requests are answered as not answered): its disconnect callback
+ * schedules the reconnect. */
+static void
+redisc_drop(struct redisc_conn *conn)
+{
+	redisAsyncContext *ac = conn->ac;
+
+	conn->ac = NULL;
+	redisc_set_up(conn, false);
+	redisAsyncFree(ac);
+}
+
 static void
 redisc_check_hung(uint64_t now)
 {
@@ -194,9 +207,7 @@ redisc_check_hung(uint64_t now)
 		return;
 	log_warnx("redis command: no reply for %llu ms; reconnecting",
 	    (unsigned long long)(now - rc.cmd_last_reply_ms));
-	rc.cmd.ac = NULL;
-	redisc_set_up(&rc.cmd, false);
-	redisAsyncFree(ac); /* its disconnect callback schedules the retry */
+	redisc_drop(&rc.cmd);
 }
 
 static void
@@ -1055,16 +1066,13 @@ redisc_moved(void)
 
 	for (size_t i = 0; i < 2; i++) {
 		struct redisc_conn *conn = conns[i];
-		redisAsyncContext *ac = conn->ac;
 
 		if (conn == &rc.sub && rc.msg_cb == NULL)
 			continue;
 		conn->attempts = 0;
-		if (ac != NULL && conn->connected) {
-			conn->ac = NULL;
-			redisc_set_up(conn, false);
-			redisAsyncFree(ac);
-		} else if (conn->ac == NULL &&
+		if (conn->ac != NULL && conn->connected)
+			redisc_drop(conn);
+		else if (conn->ac == NULL &&
 		    !evtimer_pending(conn->reconnect_ev, NULL))
 			redisc_conn_open(conn);
 	}

@@ -34,15 +34,16 @@ if holds then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if v and v ~= '=shared' then return 0 end
-if not v and ARGV[3] ~= '0' and redis.call('GET', KEYS[4]) == ARGV[3] and
-    redis.call('PTTL', KEYS[4]) > 86400000 and
-    redis.call('EXISTS', KEYS[2]) == 0 then
+local kept = not v and ARGV[3] ~= '0' and
+  redis.call('GET', KEYS[4]) == ARGV[3] and
+  redis.call('PTTL', KEYS[4]) - 86400000
+if kept and kept > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   -- An exclusive grant whose lock key went by hand while the counter
   -- remembers its lease (lib/fence.lua): the lease it remembers is moved
   -- (the holder's broker puts the key back when it confirms the hold),
   -- and a shorter one announced, as which brokers hold it went with the
   -- key.
-  if redis.call('PTTL', KEYS[4]) - 86400000 > tonumber(ARGV[2]) then
+  if kept > tonumber(ARGV[2]) then
     redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' shortened ' .. ARGV[3] ..
       ' ' .. ARGV[4])
   end

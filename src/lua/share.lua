@@ -62,9 +62,10 @@ if v and v ~= '=shared' then
   return refuse(redis.call('PTTL', KEYS[1]))
 end
 local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
-if n == 0 and remembered(KEYS[2]) > 0 then
+local kept = n == 0 and remembered(KEYS[2]) or 0
+if kept > 0 then
   -- a holder's keys gone by hand (lib/fence.lua): still held
-  return refuse(remembered(KEYS[2]))
+  return refuse(kept)
 end
 if n > 0 then
   local m = redis.call('HGET', KEYS[5], '=mode')

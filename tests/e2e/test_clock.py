@@ -73,6 +73,9 @@ class ClockStep(RedisClock):
         a, b = self.client(), self.client()
         fence = fence_of(a.cmd("ACQUIRE x TTL 20000"))
         fence_of(b.cmd("ACQUIRE y TTL 60000"))
+        # A beat answered before the step, so that the broker knows
+        # Redis's clock from before it: beats come every trust_ms / 4
+        # (250 ms) and no reply tells a client when one was answered.
         time.sleep(0.3)
         self.redis.set_clock(25000)
         start = time.monotonic()
