@@ -31,6 +31,7 @@ struct lock_name {
 	uint64_t backoff_ms;
 	bool attempting;   /* the head's attempt is in Redis */
 	bool kicked;	   /* a release was seen while it was */
+	bool retaking;	   /* the rest retake their places after its next try */
 	uint64_t revoked;  /* the last REVOKE's fence heard of (0: none) */
 	uint64_t heard[4]; /* fences another broker released or shortened */
 	unsigned nheard;

@@ -43,6 +43,7 @@ static void lockq_side_cb(const struct lockdb_reply *r, void *arg);
 static bool lockq_token_used(
     struct lock_name *ln, const char *token, const struct lock_req *req);
 static void lockq_take(struct lock_req *req);
+static void lockq_retake_rest(struct lock_name *ln);
 static void lockq_ask_head(
     struct lock_name *ln, const struct lock_req *trier, uint64_t head);
 static void lockq_confirm(struct lock_req *req);
@@ -133,11 +134,15 @@ lockq_schedule(struct lock_name *ln, uint64_t pttl)
 	lockq_retry_at(ln, delay);
 }
 
-/* The trier tries again some time, unless a try or its timer is on. */
+/* The trier tries again some time, unless a try or its timer is on; at
+ * once when the waiters are to take their places again after it. */
 static void
 lockq_keep_trying(struct lock_name *ln)
 {
-	if (!ln->attempting &&
+	if (ln->retaking && !ln->attempting) {
+		lockq_retry_stop(ln);
+		lockq_attempt(ln);
+	} else if (!ln->attempting &&
 	    (ln->retry_ev == NULL || !evtimer_pending(ln->retry_ev, NULL)))
 		lockq_schedule(ln, UINT64_MAX);
 }
@@ -584,12 +589,16 @@ lockq_attempt(struct lock_name *ln)
 	struct lockdb_ask a;
 	char info[LOCKREQ_INFO];
 
+	if (req == NULL)
+		ln->retaking = false;
 	if (req == NULL || ln->attempting || req->in_flight)
 		return;
 	lockq_attempt_begin(req);
 	req->tried_us = mono_us();
 	lockq_ask(req, &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
+	if (ln->retaking)
+		lockq_retake_rest(ln);
 	if (req->ticket != 0)
 		lockq_fill_along(ln);
 }
@@ -622,6 +631,8 @@ lockq_take(struct lock_req *req)
 	lockreq_token_asks(req);
 	lockq_ask(req, &a, info, sizeof info);
 	lockdb_acquire(req->ln->name, &a, lockq_side_cb, req);
+	if (req->ln->retaking && req == lockq_trier(req->ln))
+		lockq_retake_rest(req->ln);
 }
 
 /*
@@ -853,32 +864,47 @@ lockq_enqueue(struct lock_req *req)
 	}
 }
 
+/* The waiters behind the trier whose places may be gone take them again,
+ * now that the trier's try is on its way before theirs. */
+static void
+lockq_retake_rest(struct lock_name *ln)
+{
+	struct lock_req *r, *trier = lockq_trier(ln);
+
+	ln->retaking = false;
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r != trier && r->ticket != 0 && r->retake && !r->in_flight)
+			lockq_take(r);
+}
+
 /*
  * Each waiter of ln takes its place in the queue again (it may be gone, or
  * a hand-over's message missed: a try finds the grant). The trier first,
- * so the places taken again keep their order; one with a try in Redis
- * takes it again once that try is answered.
+ * so the places taken again keep their order: with a try of its own in
+ * Redis (it may have run before the loss), the trier asks again once that
+ * is answered, and the rest after it; one of them with a try in Redis
+ * takes its place again once that try is answered.
  */
 static void
 lockq_retake(struct lock_name *ln, void *arg)
 {
 	struct lock_req *r, *trier = lockq_trier(ln);
 
-	if (trier != NULL && !ln->attempting && !trier->in_flight) {
+	if (trier == NULL)
+		return;
+	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
+		if (r != trier && r->ticket != 0)
+			r->retake = true;
+	ln->retaking = true;
+	if (!ln->attempting && !trier->in_flight) {
 		lockq_retry_stop(ln);
 		lockq_attempt(ln);
-	} else if (trier != NULL && ln->attempting)
+	} else if (ln->attempting)
 		ln->kicked = true; /* its try's answer tries again at once */
-	else if (trier != NULL)
+	else
 		trier->retake = true; /* a take of its own is in Redis */
-	TAILQ_FOREACH (r, &ln->waiters, queue_entry) {
-		if (r == trier || r->ticket == 0)
-			continue;
-		if (r->in_flight)
-			r->retake = true;
-		else
-			lockq_take(r);
-	}
+	if (trier->ticket == 0)
+		lockq_retake_rest(ln); /* no place to keep before theirs */
 }
 
 /* After a (re)subscription, for each name: its waiters and holds may have

@@ -2916,6 +2916,35 @@ START_TEST(test_new_incarnation_retakes)
 }
 END_TEST
 
+/* Redis forgot its lock data while the trier's try was in Redis (it may
+ * have run before the loss): the waiters behind it take their places again
+ * only after the trier's next try, so that a later waiter does not queue
+ * in front of it. */
+START_TEST(test_new_incarnation_trier_busy)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *t1;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	fake_incarnation(true, true, 0, mono_ms());
+	waits(1, "a", &a);
+	waits(2, "a", &a);
+	fake_news(LDB_NEWS_RELEASED, "a", 0); /* the trier tries */
+	t1 = expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(t1->ask.ticket, 1);
+	fake_incarnation(false, true, 300, mono_ms());
+	ck_assert_uint_eq(fake_count(), 1);
+	fake_reply(t1, LDB_UNAVAILABLE);
+	ck_assert_uint_eq(fake_count(), 2);
+	ck_assert_uint_eq(fake_pending(0)->ask.ticket, 1);
+	ck_assert_uint_eq(fake_pending(1)->ask.ticket, 2);
+	/* Answered, nobody asks again before its back-off. */
+	fake_refuse(fake_pending(0), 100000, 1);
+	fake_refuse(fake_pending(0), 100000, 1);
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 /* A grant asked for before a new incarnation was learned, answered
  * after: it is of the old one, and asks to be put back. */
 START_TEST(test_grant_from_before_new_incarnation)
@@ -3088,6 +3117,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_trust_runs_out);
 	tcase_add_test(tc, test_new_incarnation);
 	tcase_add_test(tc, test_new_incarnation_retakes);
+	tcase_add_test(tc, test_new_incarnation_trier_busy);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 	tcase_add_test(tc, test_holds_confirmed);
 	tcase_add_test(tc, test_clock_step_confirms_every_hold);
