@@ -912,12 +912,12 @@ void
 lockdb_incarnation(void)
 {
 	char key[160];
-	const char *argv[5] = { key, ldb.runid, ldb.grace,
+	const char *argv[6] = { key, ldb.runid, ldb.grace,
 		ldb.allow_eviction || chaos_fault == CHAOS_NO_EVICTION_CHECK
 		    ? "0"
 		    : "1",
-		ldb.skew };
-	size_t lens[5];
+		ldb.skew, ldb.inc };
+	size_t lens[6];
 	uint64_t *sent;
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
@@ -931,11 +931,11 @@ lockdb_incarnation(void)
 	ldb.asking = true;
 	snprintf(key, sizeof key, "%s%s", ldb.prefix,
 	    lockdb_lua_incarnation.keys[0] + 1);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		lens[i] = strlen(argv[i]);
 	sent = xmalloc(sizeof *sent);
 	*sent = mono_ms();
-	redisc_eval(&lockdb_lua_incarnation.rs, 1, 5, argv, lens,
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 6, argv, lens,
 	    lockdb_incarnation_cb, sent);
 }
 

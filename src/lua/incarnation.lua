@@ -27,6 +27,13 @@
 -- broker that allows eviction (redis.allow_eviction) does not ask, nor
 -- does one whose Redis user may not run INFO (the count is then -1).
 --
+-- A broker that knew a later incarnation than the marker's (known, its
+-- id) followed the master to another Redis and back, as a failover that
+-- Sentinel undid, or two Redis that both acted as masters for a while,
+-- can make it do: this marker may have missed what was granted under
+-- the one it knew, so a new incarnation is made. Each broker does so
+-- once at most: the new id is later than anything it knew.
+--
 -- The id is Redis's TIME in microseconds plus skew ms: a grant from before
 -- the incarnation (its fence below the id) is a leftover unless a broker
 -- found it held (lib/leftover.lua), and the host that made the id may
@@ -35,7 +42,8 @@
 --
 -- KEYS: /incarnation
 -- ARGV: run_id ("" when the broker may not read it), grace (ms), evictions
---   (1: look at evicted_keys, 0: not), skew (ms)
+--   (1: look at evicted_keys, 0: not), skew (ms), known (the id of the
+--   incarnation the broker knows, "" for none)
 -- Returns {id, ms of the grace period left, 1 if made now else 0, need,
 --   Redis's time in ms, evicted_keys or -1} (by that time the broker sees
 --   whether Redis's clock ran ahead of its own: a step that ends keys
@@ -55,7 +63,9 @@ if ARGV[3] == '1' then
 end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
-if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted then
+local older = (tonumber(m[1] or '') or 0) < (tonumber(ARGV[5] or '') or 0)
+if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted and
+    not older then
   redis.call('HSET', KEYS[1], 'beat', string.format('%d', now),
     'need', string.format('%d', need))
   if ev >= 0 and ev ~= was then

@@ -8,9 +8,10 @@ its holds after redis.trust_ms."""
 
 import os
 import signal
+import sys
 import time
 
-from lbtest import LATE, Broker, BrokerTest, Redis, main, wait_for
+from lbtest import LATE, SLOW, Broker, BrokerTest, Redis, main, wait_for
 
 TRUST_MS = 600
 CONF = {"redis": {"trust_ms": TRUST_MS}}
@@ -202,6 +203,60 @@ class ForgetFresh(BrokerTest):
                                     "runid"),
                          self.redis("INFO", "server").split(
                              "run_id:")[1].split("\r")[0])
+
+
+class BackAndForth(BrokerTest):
+    """Brokers that followed the master to another Redis and back (a
+    failover Sentinel undid, or two Redis acting as masters for a while):
+    the marker they find again is older than the one they knew, and may
+    have missed what was granted under that one."""
+
+    conf = CONF
+
+    def switch(self, px, redis):
+        px.upstream_port = redis.port
+        self.assertIsNotNone(px.reset())
+
+    def test_back_on_an_older_incarnation(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "..", "chaos"))
+        from proxy import Proxy
+        other = Redis(self.tmpdir, seed=False)
+        self.addCleanup(other.kill)
+        px0, px1 = Proxy(self.redis.port), Proxy(self.redis.port)
+        self.addCleanup(px0.stop)
+        self.addCleanup(px1.stop)
+        b0 = Broker(self.tmpdir, px0.port, CONF, name="b0")
+        b1 = Broker(self.tmpdir, px1.port, CONF, name="b1")
+        self.brokers += [b0, b1]
+        self.wait_grants(b0)
+        self.wait_grants(b1)
+        # b1 follows the master to the other Redis: a new incarnation
+        # there; once its grace period is over, h is granted x there.
+        self.switch(px1, other)
+        h = self.client(b1)
+        wait_for(lambda: h.cmd("ACQUIRE x TTL 30000 WAIT 0")
+                 .startswith("OK "), 10 * SLOW, 0.05)
+        # b0 follows it there too (and learns that incarnation), then
+        # back, and so does b1.
+        self.switch(px0, other)
+        self.wait_grants(b0)
+        self.switch(px0, self.redis)
+        self.switch(px1, self.redis)
+        # The first Redis never saw h's grant: b0 grants nobody x until
+        # b1 has put it back there.
+        g = self.client(b0)
+        end = time.monotonic() + GRACE_S + 5 * SLOW
+        while True:
+            r = g.cmd("ACQUIRE x WAIT 0")
+            self.assertFalse(r.startswith("OK "), r)
+            if not r.startswith("ERR UNAVAILABLE"):
+                break
+            self.assertLess(time.monotonic(), end, r)
+            time.sleep(0.02)
+        self.assertEqual(r, "TIMEOUT")
+        self.assertEqual(locks_of(h), ["x"])
+        self.assertNotIn("EVENT", h.buf.decode())
 
 
 if __name__ == "__main__":

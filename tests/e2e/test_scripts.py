@@ -684,6 +684,23 @@ class Scripts(BrokerTest):
         self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 1,
                                          1000)[0], again[0])
 
+    def test_incarnation_older_than_known(self):
+        """A broker that knew a later incarnation than the marker's (it
+        followed the master elsewhere and back) makes a new one; one that
+        knew the same or an earlier one, or none, does not."""
+        self.r("DEL", MARK)
+        made = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        for known in ("", made[0], str(int(made[0]) - 1)):
+            self.assertEqual(self.run_script("incarnation", "", "run-a", 300,
+                                             0, 0, known)[:3:2],
+                             [made[0], 0], known)
+        later = str(int(made[0]) + 1)
+        again = self.run_script("incarnation", "", "run-a", 300, 0, 0, later)
+        self.assertEqual(again[2], 1)
+        self.assertGreater(int(again[0]), int(later))
+        self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 0,
+                                         0, later)[:3:2], [again[0], 0])
+
     def test_incarnation(self):
         """Made when missing or confirmed on another Redis process; kept
         (with what is left of its grace period) otherwise."""
