@@ -28,7 +28,7 @@ from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 
 VARIANTS = ("none", "no_fence", "blind_release", "no_validity", "no_limit",
             "no_foreign_notice", "owed_blind", "no_tickets", "no_grace",
-            "no_clock_fence", "no_confirm")
+            "no_clock_fence", "no_confirm", "no_eviction_check")
 # The checker each broken variant is for. The self-test passes only if
 # each variant is caught, and caught by this one.
 CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
@@ -38,7 +38,8 @@ CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
            "no_clock_fence": "fences",
            # a hold Redis lost, its holder not told: whichever of the two
            # invariant checkers sees the other holder first
-           "no_confirm": ("overlaps", "belief")}
+           "no_confirm": ("overlaps", "belief"),
+           "no_eviction_check": "eviction"}
 
 
 def catchers(variant):

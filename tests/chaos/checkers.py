@@ -722,6 +722,25 @@ def check_liveness(faults):
     return {"violations": viol, "passed": passed}
 
 
+def check_eviction(faults):
+    """(10) Keys evicted make a new incarnation (docs/protocol.md §8, When
+    Redis forgets), in whose grace period holds are put back rather than
+    lost: after each evict_window that evicted keys, the marker names
+    another incarnation by the time the brokers grant again."""
+    viol, passed = [], 0
+    for f in faults:
+        if f["kind"] != "evict_window" or not f.get("evicted_keys") or \
+                "marker_after" not in f:
+            continue
+        if f["marker_after"] != f["marker_before"]:
+            passed += 1
+        else:
+            viol.append("fault %d evict_window: %d keys evicted, and the "
+                        "incarnation is still %s" % (
+                            f["n"], f["evicted_keys"], f["marker_before"]))
+    return {"violations": viol, "passed": passed}
+
+
 def check_resources(readings):
     """(7) At the end each broker has its baseline fds (beyond connected
     clients) and an RSS within 20 MiB of its start."""
@@ -1064,6 +1083,7 @@ def run_all(records, writes, faults, t_end, command_timeout_s,
         "late_grants": check_late_grants(grants, acqs, faults,
                                          command_timeout_s),
         "liveness": check_liveness(faults),
+        "eviction": check_eviction(faults),
     }
     res["fairness"] = check_fairness(grants, acqs, faults, t_end)
     if readings is not None:

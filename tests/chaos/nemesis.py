@@ -43,7 +43,8 @@ SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_tickets": ("pause_worker",),
                       "no_grace": ("flushall", "wipe_redis"),
                       "no_clock_fence": ("flushall", "wipe_redis"),
-                      "no_confirm": ("tamper",)}
+                      "no_confirm": ("tamper",),
+                      "no_eviction_check": ("evict_window",)}
 # ... and that variant's tamper made the way that shows it: every key of
 # held names deleted.
 TAMPER_HOW_OF = {"no_confirm": ("wipe",)}
@@ -56,6 +57,7 @@ EVICTION_POLICY = "allkeys-lru"
 # between reads of the policy, a second here, so that mostly they do not
 # see it, only what it evicted),
 EVICT_S = (0.05, 0.2)   # evict_window
+EVICT_SEEN_S = 1.5      # ... whose keys evicted the brokers see by then
 EVICT_POLICY = "volatile-lru"  # ... every key with an expiry
 CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 # redis_clock_step: a forward step of every Redis node's wall clock,
@@ -63,6 +65,11 @@ CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 # lease is trusted short of.
 CLOCK_STEP_MS = (300, 900)
 MARKER = "lockbroker:incarnation"
+
+
+def _evicted_keys(r):
+    """Redis's evicted_keys (INFO stats), which only goes up."""
+    return int(r("INFO", "stats").split("evicted_keys:")[1].split("\r")[0])
 
 
 class Nemesis(threading.Thread):
@@ -142,6 +149,9 @@ class Nemesis(threading.Thread):
             rec["error"] = "heal: " + repr(e)[:200]
         rec["t_heal"] = time.monotonic()
         rec["liveness"] = self.probe(rec)
+        after = getattr(self, "_after_" + kind, None)
+        if after is not None and "error" not in rec:
+            after(rec)
 
     def _hold(self, lo, hi):
         """How long a fault lasts: 1-5 s unless the kind says otherwise."""
@@ -319,18 +329,32 @@ class Nemesis(threading.Thread):
                   for k in ("maxmemory", "maxmemory-policy")}
         used = int(r("INFO", "memory").split("used_memory:")[1]
                    .split("\r")[0])
+        evicted0 = _evicted_keys(r)
+        rec["marker_before"] = r("HGET", MARKER, "id")
         rec["hold_s"] = self._hold(*EVICT_S)
         r("CONFIG", "SET", "maxmemory-policy", EVICT_POLICY)
         r("CONFIG", "SET", "maxmemory", max(1, used - 200000))
 
         def heal():
-            evicted = r("INFO", "stats").split("evicted_keys:")[1]
-            rec["evicted_keys"] = int(evicted.split("\r")[0])
+            rec["evicted_keys"] = _evicted_keys(r) - evicted0
             for k, v in before.items():
                 got = r("CONFIG", "SET", k, v)
                 if got != "OK":
                     raise RuntimeError("CONFIG SET %s %s: %r" % (k, v, got))
         return heal
+
+    def _after_evict_window(self, rec):
+        """The marker within redis.trust_ms (1 s) of the heal, by which
+        every broker beat (every quarter of it): keys evicted make a new
+        incarnation (the eviction checker). The liveness probe may be
+        granted before that."""
+        end = rec["t_heal"] + EVICT_SEEN_S
+        while True:
+            rec["marker_after"] = self.topo.redis("HGET", MARKER, "id")
+            if rec["marker_after"] != rec["marker_before"] or \
+                    time.monotonic() > end:
+                return
+            time.sleep(0.05)
 
     def _frozen_failover(self, rec):
         """The master frozen (SIGSTOP), not killed, while the Sentinels

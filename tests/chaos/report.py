@@ -10,7 +10,8 @@ from checkers import (FAIR_NAME, OVERTAKE_S, SHOW, STARVE_FACTOR,
 SHOW_EXPLAINED = 40        # the JSON has every one
 
 CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "belief",
-            "late_grants", "liveness", "resources", "fairness")
+            "late_grants", "liveness", "eviction", "resources",
+            "fairness")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
