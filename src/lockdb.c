@@ -277,7 +277,8 @@ lockdb_info_cb(const redisReply *r, void *arg)
  * min-replicas-to-write and -max-lag, asked at every connect before INFO
  * (so known when incarnation.lua runs). A master cut off from its
  * replicas then refuses writes after max-lag seconds, the brokers'
- * incarnation heartbeat (a write) with them, and their holds end
+ * incarnation beat (a script flagged as one that may write) with them,
+ * and their holds end
  * trust_ms later: a new incarnation's grace period covers both. Without
  * it such a master goes on granting after a failover (split brain).
  */

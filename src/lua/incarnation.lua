@@ -1,3 +1,4 @@
+#!lua
 -- incarnation: which incarnation of the lock data this Redis serves, and
 -- whether grants must wait (docs/protocol.md §8, "When Redis forgets").
 --
@@ -10,9 +11,11 @@
 -- older than what was granted. Then every grant waits grace ms (at least
 -- the longest a broker trusts its holds without hearing this marker, and
 -- the time a master cut off from its replicas goes on taking writes), and
--- brokers put their holds back meanwhile (check.lua). Each answer writes
--- the time of this beat (beat): a master that min-replicas-to-write stops
--- (NOREPLICAS) vouches for nothing.
+-- brokers put their holds back meanwhile (check.lua). The first line
+-- flags the script (no flags) as one that may write, which a master that
+-- min-replicas-to-write stops refuses (NOREPLICAS) whatever it does: such
+-- a master vouches for nothing, and a beat that finds all as it was
+-- writes nothing (a thousand idle brokers' beats cost no AOF).
 --
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker
@@ -66,8 +69,9 @@ local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
 local older = (tonumber(m[1] or '') or 0) < (tonumber(ARGV[5] or '') or 0)
 if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted and
     not older then
-  redis.call('HSET', KEYS[1], 'beat', string.format('%d', now),
-    'need', string.format('%d', need))
+  if need ~= tonumber(m[4] or '') then
+    redis.call('HSET', KEYS[1], 'need', string.format('%d', need))
+  end
   if ev >= 0 and ev ~= was then
     redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
   end

@@ -224,7 +224,7 @@ class LaggingFailover(unittest.TestCase):
 class MinReplicas(unittest.TestCase):
     """min-replicas-to-write on the master (the split-brain guard): a
     master cut off from its replicas refuses writes after max-lag, the
-    incarnation heartbeat (a write) with them, so its brokers stop
+    incarnation beat (a script that may write) with them, so its brokers stop
     trusting their holds; and a new incarnation's grace period includes
     max-lag."""
 
