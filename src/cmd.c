@@ -601,11 +601,31 @@ cmd_utc(const char *ms, char *out, size_t len)
 }
 
 /*
- * One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
- * first space). A broker is stored as "<hostname>:<pid>:<random>" (two
- * brokers may share a hostname and pid); WHO shows "<hostname>:<pid>", and
- * the grant's Unix ms as UTC.
+ * A WHO entry's broker field, [b, end), as WHO shows it: a broker is stored
+ * as "<hostname>:<pid>:<random>" (two brokers may share a hostname and
+ * pid), and the brokers that share a grant joined by ","; WHO shows each
+ * as "<hostname>:<pid>".
  */
+static void
+cmd_who_brokers(struct evbuffer *out, const char *b, const char *end)
+{
+	while (b < end) {
+		const char *next = memchr(b, ',', (size_t)(end - b));
+		const char *e = next != NULL ? next : end;
+		const char *c = memchr(b, ':', (size_t)(e - b));
+		const char *r =
+		    c != NULL ? memchr(c + 1, ':', (size_t)(e - c - 1)) : NULL;
+
+		evbuffer_add(out, b, (size_t)((r != NULL ? r : e) - b));
+		if (next == NULL)
+			break;
+		evbuffer_add(out, ",", 1);
+		b = next + 1;
+	}
+}
+
+/* One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
+ * first space), the grant's Unix ms as UTC. */
 static void
 cmd_who_holder(
     struct session *s, const char *info, const char *sp, uint64_t pttl)
@@ -613,18 +633,15 @@ cmd_who_holder(
 	const char *mode = sp + 1, *broker = strchr(mode, ' ') + 1;
 	const char *rest = strchr(broker, ' ');
 	const char *since = strrchr(rest, ' ') + 1;
-	const char *c = memchr(broker, ':', (size_t)(rest - broker));
-	const char *end =
-	    c != NULL ? memchr(c + 1, ':', (size_t)(rest - c - 1)) : NULL;
 	char utc[40];
 
-	if (end == NULL)
-		end = rest;
 	if (!cmd_utc(since, utc, sizeof utc))
 		snprintf(utc, sizeof utc, "%s", since);
-	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s%.*s %s\n",
-	    (int)(sp - info), info, pttl, (int)(end - mode), mode,
-	    (int)(since - 1 - rest), rest, utc);
+	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s",
+	    (int)(sp - info), info, pttl, (int)(broker - mode), mode);
+	cmd_who_brokers(s->out, broker, rest);
+	evbuffer_add_printf(
+	    s->out, "%.*s %s\n", (int)(since - 1 - rest), rest, utc);
 }
 
 static void

@@ -125,7 +125,7 @@ void config_diff(const struct config *a, const struct config *b,
 void config_apply_reloadable(struct config *live, struct config *fresh);
 
 /*
- * How long a refused waiter's marks (:waiters, :writer, :fill) and a FILL
+ * How long a refused waiter's marks (:waiting, :writer, :fill) and a FILL
  * leader's :done last: past the head's next try, which comes at least
  * every retry_max_ms, with room for a slow reply (docs/protocol.md §8).
  */

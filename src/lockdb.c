@@ -2,6 +2,7 @@
  * lockdb: keys, scripts and reply parsing. Every compare-and-act runs as one
  * Lua script, so nothing ever deletes or extends a lock it does not own.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,24 +109,22 @@ static struct {
 } ldb;
 
 /*
- * A message on the release channel: "<name>", "<name> revoked <fence>", or
- * "<name> released|shortened <fence> <broker>" (names hold no space). A
- * release or shortening this broker made is only a release for its
- * waiters: it dealt with its own holds when it made it.
+ * News of a name, on this broker's own channel or, when which brokers it
+ * concerns is unknown, on the release channel every broker hears
+ * (lib/tell.lua): "<name>" (its waiters may try), "<name> revoked
+ * <fence>", or "<name> released|shortened <fence> <broker>" (names hold
+ * no space). A release or shortening this broker made is only a release
+ * for its waiters: it dealt with its own holds when it made it.
  */
 static bool
-lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
+lockdb_parse_news(char **w, int n, struct lockdb_news *news)
 {
-	char *w[5];
-	int n = proto_split(msg, len, w, 5);
-
-	if (n < 1 || n == 2 || n > 4 || !proto_valid_name(w[0]))
-		return false;
 	news->name = w[0];
 	news->kind = LDB_NEWS_RELEASED;
 	if (n == 1)
 		return true;
-	if (proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0)
+	if (n == 2 || n > 4 ||
+	    proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0)
 		return false;
 	if (n == 3 && strcmp(w[1], "revoked") == 0)
 		news->kind = LDB_NEWS_REVOKED;
@@ -138,21 +137,13 @@ lockdb_parse_news(char *msg, size_t len, struct lockdb_news *news)
 	return true;
 }
 
-/* On this broker's channel: "<name> <n> <fence> <token> <ttl>", a release
- * handed name to ticket n for ttl ms (an older broker's says no ttl); or
- * "<name>", readers queued here may try. */
+/* On this broker's channel only: "<name> <n> <fence> <token> <ttl>", a
+ * release handed name to ticket n for ttl ms (an older broker's says no
+ * ttl). */
 static bool
-lockdb_parse_handed(char *msg, size_t len, struct lockdb_news *news)
+lockdb_parse_handed(char **w, int n, struct lockdb_news *news)
 {
-	char *w[6];
-	int n = proto_split(msg, len, w, 6);
-
-	if (n == 1 && proto_valid_name(w[0])) {
-		news->kind = LDB_NEWS_RELEASED;
-		news->name = w[0];
-		return true;
-	}
-	if ((n != 4 && n != 5) || !proto_valid_name(w[0]) ||
+	if ((n != 4 && n != 5) ||
 	    proto_parse_u64(w[1], UINT64_MAX, &news->ticket) != 0 ||
 	    proto_parse_u64(w[2], UINT64_MAX, &news->fence) != 0 ||
 	    !proto_valid_token(w[3]) ||
@@ -176,16 +167,22 @@ static void
 lockdb_message_cb(const char *channel, const char *msg, size_t len, void *arg)
 {
 	struct lockdb_news news = { LDB_NEWS_MISSED, NULL, 0, 0, NULL, 0 };
-	char buf[PROTO_NAME_MAX + 160];
+	char buf[PROTO_NAME_MAX + 160], *w[6];
+	int n;
 
 	if (msg != NULL) {
 		if (len >= sizeof buf)
 			return;
 		memcpy(buf, msg, len);
 		buf[len] = '\0';
-		if (strcmp(channel, ldb.mine) == 0
-			? !lockdb_parse_handed(buf, len, &news)
-			: !lockdb_parse_news(buf, len, &news))
+		n = proto_split(buf, len, w, 6);
+		if (n < 1 || !proto_valid_name(w[0]))
+			return;
+		/* A hand-over's second word is a ticket's number. */
+		if (n >= 4 && strcmp(channel, ldb.mine) == 0 &&
+			    isdigit((unsigned char)w[1][0])
+			? !lockdb_parse_handed(w, n, &news)
+			: !lockdb_parse_news(w, n, &news))
 			return;
 	}
 	ldb.news(&news);

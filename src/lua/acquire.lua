@@ -8,7 +8,7 @@
 -- grant is left that nobody was told of. The key's value is the token and
 -- the holder's WHO entry (info), and a plain grant's fence after them
 -- (lib/plain.lua); shared holders keep the key at "=shared", so while
--- nobody waits (no queue or waiters key) the SET NX of a free name and
+-- nobody waits (no queue or waiting key) the SET NX of a free name and
 -- its fence are all an uncontended grant costs.
 --
 -- Waiting is one queue for every broker (lib/tickets.lua): a waiter's
@@ -19,10 +19,10 @@
 --
 -- The same token asking again gets its own fence back (a retried request
 -- grants once), its lease set to the new ttl and its entry renewed; asked
--- through another broker than the one that stored it, the entry's broker
--- becomes "*" (releases and shortenings of the grant are announced from
--- then on) and a shorter lease is announced now ("<name> shortened <fence>
--- <broker>"). A writer shared holders keep out marks itself (writer: no
+-- through another broker than the one that stored it, that broker joins
+-- the entry's (lib/tell.lua: releases and shortenings of the grant are
+-- told to the others from then on) and a shorter lease is told to them
+-- now ("<name> shortened <fence> <broker>"). A writer shared holders keep out marks itself (writer: no
 -- new reader comes in meanwhile, and the reply's fourth element says so),
 -- and marks it again while an exclusive holder keeps it out after that;
 -- its grant clears the mark (clear); a writer with a ticket needs no mark
@@ -30,7 +30,8 @@
 -- in only while nobody queues), and a writer that set one goes before
 -- readers' tickets (share.lua). A token that is one of the shared
 -- holders is in the other family. A refused waiter without a ticket marks
--- the name as waited for (for mark ms), so that its release is announced; a FILL
+-- the name as waited for by its broker (:waiting, for mark ms), so that
+-- its release wakes that broker (lib/tell.lua); a FILL
 -- waiter also asks for its end to be marked done, and a FILL whose watched
 -- leader is done (done >= watch) is DONE.
 --
@@ -43,7 +44,7 @@
 -- is over (lib/gate.lua). In a grace period a waiter with a ticket still
 -- takes its place in the queue, so the order of waiters survives it.
 --
--- KEYS: lock fence queue tickets brokers waiters holders who writer /incarnation done fill
+-- KEYS: lock fence queue tickets brokers waiting holders who writer /incarnation done fill
 -- ARGV: token, ttl (ms), mark (ms; 0: a try-once), info ("<mode> <broker>
 --   <client> <since_ms>"), fill (0/1), watch (a leader's fence, or 0),
 --   clear (0/1), channel, name, ticket ("<broker>#<n>", or "" for none),
@@ -71,7 +72,7 @@ local val = ARGV[1] .. ' ' .. ARGV[4]
 local c -- the counter's value once read (false: none; nil: not read)
 if not closed and redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[7]) == 0 and
     remembered(KEYS[2]) == 0 then
-  -- Nobody waits (fill is set only with waiters), no shared holder is
+  -- Nobody waits (fill is set only with :waiting), no shared holder is
   -- left (a "=shared" deleted by hand): a plain grant (lib/plain.lua), or
   -- the slow path below.
   local f
@@ -88,8 +89,10 @@ end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
+-- include tell.lua
 -- include tickets.lua
 local now = now_ms(clock)
+local me = string.match(ARGV[4], '^%S+ (%S+)') -- this broker
 local tk = ARGV[10]
 local first = qhead(KEYS[3], KEYS[4], KEYS[5], now, ARGV[12])
 if closed then -- a grace period: a waiter keeps its place, nothing more
@@ -103,18 +106,23 @@ end
 -- The queue's first ticket when it is another of this broker's: its
 -- waiter is asked to try (the one trying here may be queued behind it).
 local hb, hn = string.match(first or '', '^(.+)#(%d+)$')
-if first == tk or hb ~= string.match(ARGV[4], '^%S+ (%S+)') then hn = 0 end
+if first == tk or hb ~= me then hn = 0 end
 local function refuse(pt, f, w)
   if tk ~= '' then w = 0 end -- its place keeps later readers out
   if ARGV[3] ~= '0' then
     unplain(KEYS[1], v)
-    -- :fill before :waiters, so that it never outlives them (the fast
-    -- path and a plain release look for :waiters alone).
+    -- :fill before :waiting, so that it never outlives it (the fast
+    -- path and a plain release look for :waiting alone).
     if ARGV[5] == '1' then
       redis.call('SET', KEYS[12], '1', 'PX', ARGV[3])
     end
     -- A ticket needs no announcement: a release hands the name to it.
-    if tk == '' then redis.call('SET', KEYS[6], '1', 'PX', ARGV[3]) end
+    if tk == '' then
+      redis.call('HSET', KEYS[6], me, ms(now + tonumber(ARGV[3])))
+      if redis.call('PTTL', KEYS[6]) < tonumber(ARGV[3]) then
+        redis.call('PEXPIRE', KEYS[6], ARGV[3])
+      end
+    end
     if w == 1 then
       redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
     end
@@ -175,14 +183,13 @@ if not v then
   return refuse(-1, 0, ARGV[7] == '1' and 1 or 0)
 end
 if holds then
-  local b = string.match(ARGV[4], '^%S+ (%S+)')
-  if foreign(v, b) then
+  if foreign(v, me) then
+    local by = string.match(v, '^%S+ %S+ (%S+)')
     if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[2]) then
-      redis.call('PUBLISH', ARGV[8],
-        ARGV[9] .. ' shortened ' .. fs .. ' ' .. b)
+      tell(ARGV[8], by, me, ARGV[9] .. ' shortened ' .. fs .. ' ' .. me, {})
     end
     val = ARGV[1] .. ' ' ..
-      string.gsub(ARGV[4], '^(%S+) %S+', '%1 *')
+      string.gsub(ARGV[4], '^(%S+) %S+', '%1 ' .. joined(by, me))
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 86400000) -- fence.lua

@@ -5,12 +5,12 @@
 -- counter that is not an integer proves nothing: the token decides), so a
 -- release sent again later never deletes a newer grant to the same token.
 -- A release the broker makes by itself (done 0: a disconnect, a lost hold)
--- leaves a grant brokers share ("*") to its lease: a connection of another
--- broker holds it too. A grant whose entry another broker stored (or
--- several share) is announced as "<name> released <fence> <broker>":
--- holds of it elsewhere are lost. A FILL leader's RELEASE (done 2), or a
+-- leaves a grant brokers share (its entry names several) to its lease: a
+-- connection of another broker holds it too. A grant whose entry names
+-- other brokers is told to them (lib/tell.lua) as "<name> released
+-- <fence> <broker>": holds of it there are lost. A FILL leader's RELEASE (done 2), or a
 -- client's RELEASE of a lock FILL waiters wait on (done 1, :fill set; it
--- is set only with :waiters), marks the work done with its fence.
+-- is set only with :waiting), marks the work done with its fence.
 --
 -- Once the name is free, the first live ticket gets it in the same script
 -- if it is an exclusive one
@@ -26,13 +26,14 @@
 -- When the first ticket is a reader's (SHARED or LIMIT), free name or not, the
 -- brokers of the first readers' tickets are told "<name>" on their
 -- channels and try (share.lua lets them in in the queue's order). With no
--- ticket, the name is published if anyone waits (:waiters).
+-- ticket, the name is published to the brokers whose waiters marked it
+-- (:waiting) and were not told already.
 --
 -- A hand-over is a grant: it is made only through an open incarnation
 -- gate (lib/gate.lua); else the tickets wait, and their brokers' tries
 -- take the name once the gate opens.
 --
--- KEYS: lock waiters holders who fence fill done queue tickets brokers writer /incarnation
+-- KEYS: lock waiting holders who fence fill done queue tickets brokers writer /incarnation
 -- ARGV: token, channel, name, done (0/1/2), how long done is kept (ms),
 --   fence (0: any), broker, handoff (ms), the brokers' channel prefix,
 --   live (ms, as acquire.lua's), incarnation, run_id
@@ -53,9 +54,11 @@ if not v and ARGV[6] ~= '0' and redis.call('GET', KEYS[5]) == ARGV[6] and
   -- and the grant's holds on any other broker are lost at once.
   v, holds = ARGV[1] .. ' EXCLUSIVE ?', true
 end
+-- include tell.lua
+local told = {} -- the brokers told of this release
 local fs, by, c -- the grant's fence, the broker its entry names, and
 -- the counter's value if read (false: none)
--- Whether waiters (and so fill, set only with waiters) or the queue may
+-- Whether waiting (and so fill, set only with waiting) or the queue may
 -- exist (marks), and whether the queue does: none for a plain grant
 -- (lib/plain.lua); another exclusive holder's release asks for the queue
 -- (a hand-over needs to know), then for waiters if there is none.
@@ -69,7 +72,9 @@ if holds then
   end
   if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
   by = string.match(v, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and by == '*' then return {0} end
+  if ARGV[4] == '0' and string.find(by or '', ',', 1, true) then
+    return {0}
+  end
   redis.call('DEL', KEYS[1])
   redis.call('PEXPIRE', KEYS[5], 43200000) -- no lease left (lib/fence.lua)
   queued = marks and redis.call('EXISTS', KEYS[8]) == 1
@@ -87,7 +92,9 @@ else
   fs = string.match(info, '^%d+') or '0'
   if ARGV[6] ~= '0' and fs ~= ARGV[6] then return {0} end
   by = string.match(info, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and by == '*' then return {0} end
+  if ARGV[4] == '0' and string.find(by or '', ',', 1, true) then
+    return {0}
+  end
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
   local now = now_ms()
@@ -100,11 +107,10 @@ else
   if tonumber(s) <= now then return {0} end
   queued = redis.call('EXISTS', KEYS[8]) == 1
 end
--- Another broker's entry (as lib/foreign.lua, kept inline: a release
--- defines no function): its holds there hear of it.
+-- Another broker's entry (as lib/foreign.lua): its holds there hear of it.
 if by ~= ARGV[7] then
-  redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' released ' .. fs .. ' ' ..
-    ARGV[7])
+  tell(ARGV[2], by, ARGV[7], ARGV[3] .. ' released ' .. fs .. ' ' ..
+    ARGV[7], told)
 end
 if queued then
 -- include now.lua
@@ -147,7 +153,5 @@ if queued then
     return {1, f, 0}
   end
 end
-if by == ARGV[7] and marks and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-end
+if marks then wake(KEYS[2], ARGV[2], ARGV[3], told) end
 return {1}

@@ -1,28 +1,54 @@
--- revoke: take the name from every holder, and tell every broker.
+-- revoke: take the name from every holder, and tell their brokers.
 --
--- "<name> revoked <fence>" on the release channel (names hold no space):
--- holds with that fence or an older one are lost, and waiters may go. A
--- broker that missed the message (its subscriber was away) finds the fence
--- in :revoked (kept for keep_ms, the longest lease) when it checks its
--- holds again.
+-- "<name> revoked <fence>" to the brokers of the holders' entries
+-- (lib/tell.lua; to every broker when one is unknown): holds with that
+-- fence or an older one are lost, and waiters may go; "<name>" to the
+-- brokers with a ticket in the queue or a mark on :waiting not told
+-- already, whose waiters may go. A broker that missed the message (its
+-- subscriber was away) finds the fence in :revoked (kept for keep_ms, the
+-- longest lease) when it checks its holds again.
 --
--- KEYS: lock holders who fence writer revoked
+-- KEYS: lock holders who fence writer revoked brokers waiting
 -- ARGV: channel, name, keep_ms
 -- Returns how many holders there were.
 
 -- include now.lua
+-- include tell.lua
 local now = now_ms()
 local v = redis.call('GET', KEYS[1])
 local n = redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')
-if v and v ~= '=shared' then n = n + 1 end
+local fields = {} -- the holders' entries' broker fields
+if v and v ~= '=shared' then
+  n = n + 1
+  fields[1] = string.match(v, '^%S+ %S+ (%S+)') or '?'
+end
 if not v and n == 0 and redis.call('PTTL', KEYS[4]) > 86400000 then
-  n = 1 -- a grant whose lock key was deleted by hand (lib/fence.lua)
+  n, fields[1] = 1, '?' -- a grant whose lock key went by hand (fence.lua)
+end
+if n > 0 and (not v or v == '=shared') then
+  local who = redis.call('HGETALL', KEYS[3])
+  for i = 1, #who, 2 do
+    if who[i] ~= '=mode' then
+      fields[#fields + 1] = string.match(who[i + 1], '^%S+ %S+ (%S+)') or '?'
+    end
+  end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
 redis.call('PEXPIRE', KEYS[4], 43200000) -- no lease left (lib/fence.lua)
 if n > 0 then
   local f = redis.call('GET', KEYS[4]) or '0'
+  local told = {}
   redis.call('SET', KEYS[6], f, 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' revoked ' .. f)
+  for _, b in ipairs(fields) do
+    tell(ARGV[1], b, '', ARGV[2] .. ' revoked ' .. f, told)
+  end
+  local to = string.sub(ARGV[1], 1, -9) .. 'to:'
+  for _, b in ipairs(redis.call('HKEYS', KEYS[7])) do
+    if b ~= '=last' and not told[b] then
+      redis.call('PUBLISH', to .. b, ARGV[2])
+      told[b] = true
+    end
+  end
+  wake(KEYS[8], ARGV[1], ARGV[2], told)
 end
 return n

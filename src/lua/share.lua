@@ -17,7 +17,7 @@
 -- Gated as acquire.lua is (lib/gate.lua); in a grace period a waiter
 -- still takes its place.
 --
--- KEYS: lock fence waiters holders who writer /incarnation queue tickets brokers
+-- KEYS: lock fence waiting holders who writer /incarnation queue tickets brokers
 -- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
 --   channel, name, incarnation, run_id, ticket ("<broker>#<n>", or ""),
 --   least, live (as acquire.lua's)
@@ -48,11 +48,16 @@ end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
+-- include tell.lua
+local me = string.match(ARGV[4], '^%S+ (%S+)') -- this broker
 local hn = 0 -- as acquire.lua's: the first ticket, another of ours
 local function refuse(t)
   if ARGV[3] ~= '0' then unplain(KEYS[1], v) end
-  if ARGV[3] ~= '0' and tk == '' then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  if ARGV[3] ~= '0' and tk == '' then -- as acquire.lua's
+    redis.call('HSET', KEYS[3], me, ms(now + tonumber(ARGV[3])))
+    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
+      redis.call('PEXPIRE', KEYS[3], ARGV[3])
+    end
   end
   place()
   return {0, t, 0, 0, hn}
@@ -84,13 +89,14 @@ if n > 0 then
   end
   if s then
     local fs = string.match(info, '^%d+') or '0'
-    local e, b = ARGV[4], string.match(ARGV[4], '^%S+ (%S+)')
-    if foreign(info, b) then
+    local e = ARGV[4]
+    if foreign(info, me) then
+      local by = string.match(info, '^%S+ %S+ (%S+)')
       if tonumber(s) - now > tonumber(ARGV[2]) then
-        redis.call('PUBLISH', ARGV[7],
-          ARGV[8] .. ' shortened ' .. fs .. ' ' .. b)
+        tell(ARGV[7], by, me, ARGV[8] .. ' shortened ' .. fs .. ' ' .. me,
+          {})
       end
-      e = string.gsub(e, '^(%S+) %S+', '%1 *')
+      e = string.gsub(e, '^(%S+) %S+', '%1 ' .. joined(by, me))
     end
     local at = ms(now + tonumber(ARGV[2]))
     redis.call('ZADD', KEYS[4], at, ARGV[1])
@@ -104,7 +110,7 @@ local t = redis.call('PTTL', KEYS[6])
 if t > 0 then return refuse(t) end
 local before = 0
 local first, hb = qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[13])
-if first and first ~= tk and hb == string.match(ARGV[4], '^%S+ (%S+)') then
+if first and first ~= tk and hb == me then
   hn = tonumber(string.match(first, '#(%d+)$'))
 end
 if first then

@@ -506,7 +506,7 @@ class Nemesis(threading.Thread):
                 if isinstance(k, str) and k.endswith("}")]
         if how == "wipe":
             waited = [k for k in keys
-                      if r("EXISTS", k + ":queue", k + ":waiters") > 0]
+                      if r("EXISTS", k + ":queue", k + ":waiting") > 0]
             keys = waited or keys
         n = self.rng.randint(*((3, 6) if how == "wipe" else (1, 3)))
         for k in self.rng.sample(keys, min(len(keys), n)):

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Many brokers on one Redis (docs/operations.md, A fleet of brokers): what
+"""Many brokers on one Redis (docs/protocol.md §8): what
 each broker costs Redis when it holds nothing or little, and that an event
 reaches only the brokers it concerns."""
 
+import select
+import socket
 import time
 
-from lbtest import BrokerTest, main
+from lbtest import LATE, BrokerTest, main, wait_for
 
 TRUST_MS = 600
 
@@ -40,6 +42,119 @@ class Beat(BrokerTest):
         self.assertGreaterEqual(calls(self.redis, "evalsha") - scripts, 6)
         self.assertEqual(c.cmd("RELEASE held"), "OK")
 
+
+class Events(BrokerTest):
+    """Each event goes to the brokers it concerns, on their own channels
+    (lockbroker:to:<broker>), never to the channel every broker hears:
+    with a thousand brokers, one REVOKE is not a thousand deliveries."""
+
+    conf = {"auth": {"admin_secret": "adm1n-secret"}}
+
+    def setUp(self):
+        super().setUp()
+        self.others = [self.start_broker(self.conf, name="b%d" % i)
+                       for i in (1, 2, 3)]
+        self.to = {b: self.channel_of(b) for b in [self.broker] + self.others}
+        self.psub = socket.create_connection(("127.0.0.1", self.redis.port))
+        self.addCleanup(self.psub.close)
+        self.psub.sendall(b"PSUBSCRIBE lockbroker:*\r\n")
+        self.pending = b""
+        self.said()
+
+    def said(self):
+        """Every (channel, message) published since the last call (the
+        PSUBSCRIBE's answer aside), once nothing more came for 0.3 s."""
+        while select.select([self.psub], [], [], 0.3 * LATE)[0]:
+            data = self.psub.recv(65536)
+            self.assertTrue(data, "Redis closed the subscriber")
+            self.pending += data
+        # Each a RESP array of bulk strings (pmessage, pattern, channel,
+        # message), or of two and an integer (the PSUBSCRIBE's answer).
+        out, parts, i = [], self.pending.split(b"\r\n"), 0
+        while i < len(parts) and parts[i].startswith(b"*"):
+            n, i, item = int(parts[i][1:]), i + 1, []
+            for _ in range(n):
+                if parts[i].startswith(b"$"):
+                    item.append(parts[i + 1].decode())
+                    i += 2
+                else:
+                    item.append(parts[i].decode())
+                    i += 1
+            if item[0] == "pmessage":
+                out.append((item[2], item[3]))
+        self.assertEqual(parts[i:], [b""])
+        self.pending = b""
+        return out
+
+    def channel_of(self, broker):
+        """broker's own channel: WHO shows <hostname>:<pid> of a grant it
+        made; the channel has the random part too."""
+        c = self.client(broker)
+        self.assertRegex(c.cmd("ACQUIRE whoami"), r"^OK ")
+        host_pid = c.until_end("WHO whoami")[0].split()[4]
+        self.assertEqual(c.cmd("RELEASE whoami"), "OK")
+        chans = self.redis("PUBSUB", "CHANNELS",
+                           "lockbroker:to:%s:*" % host_pid)
+        self.assertEqual(len(chans), 1, chans)
+        return chans[0]
+
+    def test_revoke_tells_only_the_holders_broker(self):
+        h = self.client(self.others[0])
+        f = h.cmd("ACQUIRE r TTL 30000").split()[1]
+        to = self.to[self.others[0]]
+        adm = self.client()
+        self.assertEqual(adm.cmd("AUTH adm1n-secret"), "OK")
+        self.said()
+        self.assertEqual(adm.cmd("REVOKE r"), "OK 1")
+        self.assertEqual(h.line(), "EVENT LOST r %s revoked" % f)
+        self.assertEqual(self.said(), [(to, "r revoked " + f)])
+
+    def test_token_release_elsewhere_tells_only_the_holders_broker(self):
+        h = self.client(self.others[0])
+        f = h.cmd("ACQUIRE t TTL 30000 TOKEN tok-t").split()[1]
+        to = self.to[self.others[0]]
+        self.said()
+        x = self.client(self.others[1])
+        self.assertEqual(x.cmd("RELEASE t TOKEN tok-t"), "OK")
+        self.assertEqual(h.line(), "EVENT LOST t %s revoked" % f)
+        said = self.said()
+        self.assertEqual([c for c, _ in said], [to], said)
+        self.assertRegex(said[0][1], r"^t released %s \S+$" % f)
+
+    def test_shortened_then_released_tells_only_the_holders_broker(self):
+        h = self.client(self.others[0])
+        f = h.cmd("ACQUIRE s TTL 30000 TOKEN tok-s").split()[1]
+        to = self.to[self.others[0]]
+        self.said()
+        x = self.client(self.others[1])
+        self.assertRegex(x.cmd("ACQUIRE s TTL 10000 TOKEN tok-s"),
+                         r"^OK %s " % f)
+        self.assertEqual(h.line(), "EVENT LOST s %s revoked" % f)
+        said = self.said()
+        self.assertEqual([c for c, _ in said], [to], said)
+        self.assertRegex(said[0][1], r"^s shortened %s \S+$" % f)
+        # Both brokers' ids are in the entry now (WHO shows each as
+        # <hostname>:<pid>): the release by the second tells the first,
+        # and nobody else.
+        both = x.until_end("WHO s")[0].split()[4].split(",")
+        host = both[0].split(":")[0]
+        self.assertEqual(both, ["%s:%d" % (host, b.proc.pid)
+                                for b in self.others[:2]])
+        self.assertEqual(x.cmd("RELEASE s"), "OK")
+        said = self.said()
+        self.assertEqual([c for c, _ in said], [to], said)
+        self.assertRegex(said[0][1], r"^s released %s \S+$" % f)
+
+    def test_release_wakes_only_the_brokers_of_marked_waiters(self):
+        lead = self.client(self.others[0])
+        f = lead.cmd("FILL fl").split()[1]
+        w = self.client(self.others[2])
+        w.send("FILL fl WAIT 30000")
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{fl}:waiting"))
+        self.said()
+        self.assertEqual(lead.cmd("RELEASE fl"), "OK")
+        self.assertEqual(w.line(), "DONE")
+        self.assertEqual(self.said(), [(self.to[self.others[2]], "fl")])
 
 if __name__ == "__main__":
     main()

@@ -99,6 +99,20 @@ class Forget(BrokerTest):
         self.assertEqual(w2.cmd("RELEASE fq"), "OK")
         self.assertRegex(w3.line(), r"^OK ")
 
+    def test_flushall_frees_a_kept_lock_whose_connection_closed(self):
+        """A kept lock outlives its connection in Redis only: no broker
+        holds it, so none puts it back, and Redis forgetting it frees it
+        once the grace period is over (docs/protocol.md §8)."""
+        a, b = self.client(), self.client()
+        fa = fence_of(a.cmd("ACQUIRE kf TTL 30000 KEEP"))
+        a.close()
+        wait_for(lambda: b.info()["clients"] == "1")   # b alone
+        self.assertEqual(b.cmd("ACQUIRE kf WAIT 0"), "TIMEOUT")
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        r = b.cmd("ACQUIRE kf WAIT 0")
+        self.assertRegex(r, r"^ERR UNAVAILABLE ")   # the grace period
+        self.assertGreater(fence_of(b.cmd("ACQUIRE kf WAIT 10000")), fa)
+
     def test_restart_without_persistence(self):
         a, b = self.client(), self.client()
         fa = fence_of(a.cmd("ACQUIRE rx TTL 30000"))

@@ -18,6 +18,7 @@ import embed  # noqa: E402
 
 CH = "lockbroker:released"
 ME, OTHER = "host:1:aaaaaaaa", "host:2:bbbbbbbb"
+TO_ME = "lockbroker:to:" + ME     # this broker's own channel
 INC = "inc1"                 # the incarnation the tests' brokers know
 MARK = "lockbroker:incarnation"
 B = 9 * 10 ** 15             # counters start here, above Redis's clock in µs
@@ -115,9 +116,14 @@ class Scripts(BrokerTest):
         return int(v[5]) if len(v) == 6 else None
 
     def subscribe(self):
+        """A subscriber to the channel every broker hears and to ME's
+        own (lib/tell.lua: news goes to the brokers it concerns)."""
         sub = Resp(self.redis.port)
         self.addCleanup(sub.close)
-        self.assertEqual(sub("SUBSCRIBE", CH), ["subscribe", CH, 1])
+        sub.sock.sendall(b"SUBSCRIBE %s %s\r\n" % (CH.encode(),
+                                                  TO_ME.encode()))
+        self.assertEqual(sub._read(), ["subscribe", CH, 1])
+        self.assertEqual(sub._read(), ["subscribe", TO_ME, 2])
         return sub
 
     def test_declared_keys(self):
@@ -152,7 +158,9 @@ class Scripts(BrokerTest):
         r = self.acquire("a", "t2", mark=700)
         self.assertEqual(r[0], 0)
         self.assertEqual(r[2:], [f(1), 0, 0])
-        self.assertEqual(self.r("EXISTS", "lockbroker:{a}:waiters"), 1)
+        # Waited for by ME (until when, on Redis's clock).
+        self.assertGreater(int(self.r("HGET", "lockbroker:{a}:waiting", ME)),
+                           int(self.r("TIME")[0]) * 1000)
         once = self.acquire("a", "t2")  # a try-once marks nothing
         self.assertEqual((once[0], once[2], once[3]), (0, f(1), 0))
 
@@ -197,7 +205,7 @@ class Scripts(BrokerTest):
         self.assertIsNone(self.plain("w1"))
         self.assertGreater(ttl("w1"), 50000)  # the lease is kept
         self.assertEqual(self.release("w1", "h", f(1)), 1)
-        self.assertEqual(sub._read(), ["message", CH, "w1"])
+        self.assertEqual(sub._read(), ["message", TO_ME, "w1"])
         # A ticket.
         self.acquire("w2", "h")
         self.acquire("w2", "a", mark=700, ticket=ME + "#1", least=1)
@@ -207,15 +215,15 @@ class Scripts(BrokerTest):
         self.acquire("w3", "h")
         self.assertEqual(self.acquire("w3", "w", fill=1, mark=700)[0], 0)
         self.assertIsNone(self.plain("w3"))
-        # :fill is set only with :waiters, and ends no later (the fast
-        # path and a plain release ask for :waiters alone); the ends on
+        # :fill is set only with :waiting, and ends no later (the fast
+        # path and a plain release ask for :waiting alone); the ends on
         # Redis's clock, as two PTTLs are read a millisecond apart.
         self.assertLessEqual(
             self.r("PEXPIRETIME", "lockbroker:{w3}:fill"),
-            self.r("PEXPIRETIME", "lockbroker:{w3}:waiters"))
+            self.r("PEXPIRETIME", "lockbroker:{w3}:waiting"))
         self.assertEqual(self.release("w3", "h", f(1)), 1)
         self.assertEqual(self.r("GET", "lockbroker:{w3}:done"), str(f(1)))
-        self.assertEqual(sub._read(), ["message", CH, "w3"])
+        self.assertEqual(sub._read(), ["message", TO_ME, "w3"])
         # A reader, with a ticket and without.
         for tk in ("", ME + "#2"):
             self.acquire("w4", "h")
@@ -225,14 +233,15 @@ class Scripts(BrokerTest):
             self.assertEqual(self.release("w4", "h", self.r(
                 "GET", "lockbroker:{w4}:fence")), 1)
             if tk == "":
-                self.assertEqual(sub._read(), ["message", CH, "w4"])
-            self.r("DEL", "lockbroker:{w4}:waiters", "lockbroker:{w4}:queue")
+                self.assertEqual(sub._read(), ["message", TO_ME, "w4"])
+            self.r("DEL", "lockbroker:{w4}:waiting", "lockbroker:{w4}:queue")
         # Marks already there: the grant is not plain.
-        self.r("SET", "lockbroker:{w5}:waiters", "1", "PX", 60000)
+        self.r("HSET", "lockbroker:{w5}:waiting", ME, 2 ** 50)
+        self.r("PEXPIRE", "lockbroker:{w5}:waiting", 60000)
         self.assertEqual(self.acquire("w5", "h")[0], 1)
         self.assertIsNone(self.plain("w5"))
         self.assertEqual(self.release("w5", "h"), 1)
-        self.assertEqual(sub._read(), ["message", CH, "w5"])
+        self.assertEqual(sub._read(), ["message", TO_ME, "w5"])
 
     def test_acquire_corrupt_counter_leaves_nothing(self):
         self.r("SET", "lockbroker:{c}:fence", "abc")
@@ -255,15 +264,17 @@ class Scripts(BrokerTest):
         self.assertGreater(g[1], 10 ** 15)  # Redis's clock in µs
 
     def test_regrant_through_another_broker(self):
-        """A shorter same-token lease through another broker is announced,
-        and the entry's broker becomes '*'."""
+        """A shorter same-token lease through another broker is told to
+        the broker that stored the entry, and both are in it now."""
         sub = self.subscribe()
         self.assertEqual(self.acquire("s", "t", ttl=60000), [1, f(1)])
         self.assertEqual(self.acquire("s", "t", ttl=500,
                                       inf=info(broker=OTHER)), [1, f(1)])
         self.assertEqual(sub._read(),
-                         ["message", CH, "s shortened %d %s" % (f(1), OTHER)])
-        self.assertEqual(self.r("GET", "lockbroker:{s}").split()[2], "*")
+                         ["message", TO_ME,
+                          "s shortened %d %s" % (f(1), OTHER)])
+        self.assertEqual(self.r("GET", "lockbroker:{s}").split()[2],
+                         ME + "," + OTHER)
 
     def test_fill_done(self):
         self.assertEqual(self.acquire("f", "lead", fill=1), [1, f(1)])
@@ -290,7 +301,8 @@ class Scripts(BrokerTest):
         self.acquire("x", "t")
         self.assertEqual(self.release("x", "t", broker=OTHER), 1)
         self.assertEqual(sub._read(),
-                         ["message", CH, "x released %d %s" % (f(1), OTHER)])
+                         ["message", TO_ME,
+                          "x released %d %s" % (f(1), OTHER)])
 
     def test_own_release_leaves_a_grant_brokers_share(self):
         self.acquire("y", "t", ttl=60000)
@@ -410,8 +422,8 @@ class Scripts(BrokerTest):
                          ticket=OTHER + "#1", least=1)
         self.assertEqual(r[0], 0)
         self.assertEqual(self.r("ZRANGE", q, 0, -1), [ME + "#5", OTHER + "#1"])
-        # A ticket needs no announcement: no :waiters mark.
-        self.assertEqual(self.r("EXISTS", "lockbroker:{q}:waiters"), 0)
+        # A ticket needs no announcement: no :waiting mark.
+        self.assertEqual(self.r("EXISTS", "lockbroker:{q}:waiting"), 0)
         self.assertEqual(self.release("q", "h", f(1)), [1, f(2), 5, "a"])
         self.assertTrue(self.r("GET", "lockbroker:{q}").startswith("a "))
         self.assertGreater(self.r("PTTL", "lockbroker:{q}"), 9000)
@@ -470,7 +482,7 @@ class Scripts(BrokerTest):
             return cost
 
         self.acquire("c", "h")
-        # The gate, EXISTS queue waiters, the lease the counter remembers
+        # The gate, EXISTS queue waiting, the lease the counter remembers
         # (PTTL: held, so no SET NX is tried), the lock key, the counter,
         # the queue's (empty) head, PTTL, unplain's SET, and qtake's
         # eight.
@@ -801,7 +813,7 @@ class Scripts(BrokerTest):
             r, list) and len(r) == 5 else r for r in rs]
         self.assertEqual(sec(self.batched(*self.batch_steps("b"))),
                          sec(alone))
-        for suffix in ("", ":fence", ":queue", ":tickets", ":waiters",
+        for suffix in ("", ":fence", ":queue", ":tickets", ":waiting",
                        ":fill"):
             for n in ("x", "y"):
                 a, b = ("lockbroker:{%s%s}%s" % (p, n, suffix)

@@ -1,5 +1,5 @@
 -- A plain grant: an exclusive grant made while no waiter marked the name
--- (no :queue or :waiters; :fill is set only with :waiters, by the same
+-- (no :queue or :waiting; :fill is set only with :waiting, by the same
 -- refusal of a FILL waiter with the same expiry, every other waiter
 -- having a ticket) carries its fence as the lock key's last word,
 -- "<token> <mode> <broker> <client> <since_ms> <fence>", and its release
