@@ -54,6 +54,7 @@ static struct {
 	lockhold_forgot_fn *forgot;
 	uint64_t lease_seq;	/* requests that may set a lease, numbered */
 	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
+	unsigned quiet_beats;	/* beats in a row with nothing held here */
 	struct event *trust_ev; /* trust_ms after the last vouching answer */
 	struct event *stale_ev; /* stale holds not back by then are lost */
 	uint64_t vouched_ms;	/* when the last vouching answer was asked */
@@ -743,11 +744,25 @@ lockhold_confirm_name(struct lock_name *ln, void *arg)
 	}
 }
 
+/*
+ * The beat. A broker that holds nothing and has nobody waiting has nothing
+ * to vouch for: it asks only every QUIET_BEATS-th time (every 2 ×
+ * trust_ms), so that a fleet of idle sidecars costs Redis next to
+ * nothing, and its next request is sent after a beat (lockdb_quiet).
+ */
+#define QUIET_BEATS 8
+
 static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	bool all = false;
 
+	if (stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0) {
+		lockdb_quiet();
+		if (hold.quiet_beats++ % QUIET_BEATS != 0)
+			return;
+	} else
+		hold.quiet_beats = 0;
 	lockdb_incarnation();
 	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
 	    chaos_fault != CHAOS_NO_CONFIRM)

@@ -485,6 +485,11 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 			lockq_dequeue(req);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
 		}
+	} else if (r->status == LDB_UNAVAILABLE && r->again &&
+	    (req->wait_ms != 0 || req->tries < 2)) {
+		/* Sent while the broker knew an incarnation it has learned
+		 * since is gone (a loss while it was quiet): once more. */
+		next = 0;
 	} else if (req->wait_ms == 0 || r->status == LDB_INTERNAL) {
 		lockq_dequeue(req);
 		lockreq_answer_db_error(req, r);

@@ -70,7 +70,8 @@ struct lockdb_req {
 	const struct lockdb_script *script; /* NULL for WAIT */
 	lockdb_cb *cb;
 	void *arg;
-	char name[]; /* for logs */
+	unsigned incs; /* ldb.incs when it was sent */
+	char name[];   /* for logs */
 };
 
 static struct {
@@ -99,6 +100,8 @@ static struct {
 			      takes writes (min-replicas-max-lag + 2 s) */
 	char grace[24];	   /* grace_ms + lag_ms, as incarnation.lua takes it */
 	bool asking;	   /* an incarnation.lua is out */
+	bool quiet;	   /* lockdb_quiet: nothing held, nobody waits */
+	unsigned incs;	   /* incarnations learned (changes of inc) */
 	bool checked;	   /* answered on this connection */
 	bool min_replicas; /* min-replicas-to-write > 0, as far as known */
 	bool told_need;	   /* warned of a longer grace period elsewhere */
@@ -442,6 +445,7 @@ lockdb_gate_closed(long long code, long long ms, struct lockdb_reply *out)
 	if (code == -1) {
 		snprintf(ldb.why, sizeof ldb.why,
 		    "Redis holds lock data this broker has not checked yet");
+		out->again = true; /* if learned since: lockdb_reply_cb */
 		lockdb_incarnation();
 	} else
 		snprintf(ldb.why, sizeof ldb.why,
@@ -614,6 +618,7 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 		log_warnx("redis: lock %s: malformed script reply", req->name);
 		out.status = LDB_INTERNAL;
 	}
+	out.again = out.again && req->incs != ldb.incs;
 	req->cb(&out, req->arg);
 	free((void *)out.holders);
 	free(req);
@@ -630,6 +635,7 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 	req->script = script;
 	req->cb = cb;
 	req->arg = arg;
+	req->incs = ldb.incs;
 	memcpy(req->name, name, namelen + 1);
 	return req;
 }
@@ -655,6 +661,13 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > 30)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
+	if (ldb.quiet) {
+		/* Quiet since the last beat: a beat first, whose answer
+		 * comes before this one's. */
+		ldb.quiet = false;
+		ldb.beats = 3; /* with INFO memory: the policy may be new */
+		lockdb_incarnation();
+	}
 
 	util_cat(&p, lock + sizeof lock, ldb.prefix);
 	util_cat(&p, lock + sizeof lock, "{");
@@ -892,6 +905,7 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	inc.redis_ms = (uint64_t)e[4]->integer;
 	lockdb_evicted(e[5]->integer);
 	if (inc.changed) {
+		ldb.incs++;
 		memcpy(ldb.inc, e[0]->str, e[0]->len + 1);
 		if (e[2]->integer == 1 || inc.grace_ms > 0)
 			log_warnx(
@@ -911,7 +925,8 @@ lockdb_incarnation(void)
 {
 	char key[160];
 	const char *argv[6] = { key, ldb.runid, ldb.grace,
-		ldb.allow_eviction || chaos_fault == CHAOS_NO_EVICTION_CHECK
+		ldb.allow_eviction || ldb.quiet ||
+			chaos_fault == CHAOS_NO_EVICTION_CHECK
 		    ? "0"
 		    : "1",
 		ldb.skew, ldb.inc };
@@ -920,7 +935,7 @@ lockdb_incarnation(void)
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
 		return; /* INFO's answer asks, once it came */
-	if (++ldb.beats % 4 == 0) {
+	if (++ldb.beats % 4 == 0 && !ldb.quiet) {
 		const char *info[2] = { "INFO", "memory" };
 		size_t ilens[2] = { 4, 6 };
 
@@ -935,6 +950,12 @@ lockdb_incarnation(void)
 	*sent = mono_ms();
 	redisc_eval(&lockdb_lua_incarnation.rs, 1, 6, argv, lens,
 	    lockdb_incarnation_cb, sent);
+}
+
+void
+lockdb_quiet(void)
+{
+	ldb.quiet = true;
 }
 
 void

@@ -57,6 +57,10 @@ struct lockdb_reply {
 	/* UNAVAILABLE: what to tell the client, when not Redis's error
 	 * (busy) or no answer; valid during the callback. */
 	const char *why;
+	/* UNAVAILABLE from the gate: the request named an incarnation the
+	 * broker has learned since is not Redis's; asked again now, it names
+	 * the one Redis serves. */
+	bool again;
 };
 
 /* An ACQUIRE or FILL as the scripts take it. */
@@ -194,6 +198,10 @@ typedef void lockdb_inc_fn(const struct lockdb_inc *);
 void lockdb_on_incarnation(lockdb_inc_fn *fn);
 /* Ask which incarnation Redis serves (once at a time; not when down). */
 void lockdb_incarnation(void);
+/* The engine holds nothing and nobody waits: beats until the next request
+ * read no evicted_keys and no INFO memory, and that request is sent after
+ * a beat (what the broker knows may be old by then). */
+void lockdb_quiet(void);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

@@ -25,6 +25,10 @@ def calls(redis, command):
     return int(info.split(key)[1].split(",")[0]) if key in info else 0
 
 
+def locks(c):
+    return [l.split()[1] for l in c.until_end("LOCKS") if l.startswith("LOCK ")]
+
+
 class Beat(BrokerTest):
     conf = {"redis": {"trust_ms": TRUST_MS}}
 
@@ -41,6 +45,39 @@ class Beat(BrokerTest):
         # It did beat meanwhile: every 150 ms.
         self.assertGreaterEqual(calls(self.redis, "evalsha") - scripts, 6)
         self.assertEqual(c.cmd("RELEASE held"), "OK")
+
+    def test_idle_broker_asks_rarely(self):
+        """A broker that holds nothing and has nobody waiting has nothing
+        to vouch for: it beats every 8th time (2 x trust_ms), not every
+        trust_ms / 4, and reads no evicted_keys then."""
+        c = self.client()
+        self.assertRegex(c.cmd("ACQUIRE once WAIT 0"), r"^OK ")
+        self.assertEqual(c.cmd("RELEASE once"), "OK")
+        time.sleep(TRUST_MS / 1000.0)
+        scripts, infos = calls(self.redis, "evalsha"), calls(self.redis,
+                                                              "info")
+        time.sleep(3 * 2 * TRUST_MS / 1000.0)     # 3.6 s: 24 beats
+        self.assertLessEqual(calls(self.redis, "evalsha") - scripts, 4)
+        # INFO: the test's own two calls, none of the broker's.
+        self.assertEqual(calls(self.redis, "info") - infos, 2)
+
+    def test_quiet_broker_grants_after_a_loss(self):
+        """Redis forgot (FLUSHALL) while this broker was quiet: another
+        broker, holding a lock, made the new incarnation and its grace
+        period is over; the quiet broker's next request is sent after a
+        beat, and a try-once is answered from the new incarnation, not
+        with ERR UNAVAILABLE."""
+        busy = self.start_broker(self.conf, name="busy")
+        h = self.client(busy)
+        self.assertRegex(h.cmd("ACQUIRE kept TTL 60000"), r"^OK ")
+        c = self.client()
+        time.sleep(TRUST_MS / 1000.0)
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        wait_for(lambda: "new lock data" in busy.logtext())
+        # The grace period: trust_ms stretched, and clock_step_ms.
+        time.sleep((TRUST_MS * 1.02 + 1 + 1000) / 1000.0 + 0.2)
+        self.assertRegex(c.cmd("ACQUIRE after WAIT 0"), r"^OK ")
+        self.assertEqual(locks(h), ["kept"])
 
 
 class Events(BrokerTest):

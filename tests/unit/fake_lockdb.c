@@ -22,6 +22,7 @@ static struct {
 	uint64_t handoff_ms;
 	lockdb_inc_fn *inc_fn;
 	unsigned inc_asks;
+	unsigned quiet; /* lockdb_quiet calls */
 } fake = { .up = true };
 
 static void
@@ -199,6 +200,18 @@ lockdb_incarnation(void)
 }
 
 void
+lockdb_quiet(void)
+{
+	fake.quiet++;
+}
+
+unsigned
+fake_quiet(void)
+{
+	return fake.quiet;
+}
+
+void
 lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
     void *arg)
 {
@@ -235,6 +248,7 @@ fake_reset(void)
 	fake.up = true;
 	fake.inc_fn = NULL;
 	fake.inc_asks = 0;
+	fake.quiet = 0;
 }
 
 unsigned

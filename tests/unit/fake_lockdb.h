@@ -98,6 +98,8 @@ void fake_incarnation(
 void fake_incarnation_at(bool changed, uint64_t sent_ms, uint64_t redis_ms);
 /* How many times the engine asked for the incarnation. */
 unsigned fake_incarnation_asks(void);
+/* How many times the engine said it holds nothing (lockdb_quiet). */
+unsigned fake_quiet(void);
 /* What lockdb_up() answers (true after fake_reset). */
 void fake_set_up(bool up);
 

@@ -2916,6 +2916,34 @@ START_TEST(test_new_incarnation_retakes)
 }
 END_TEST
 
+/* A try-once the gate refused because it named an incarnation the
+ * broker has learned since is gone (again: it was quiet meanwhile) asks
+ * once more at once, with the one Redis serves, instead of answering ERR
+ * UNAVAILABLE; refused so a second time, it is answered. */
+START_TEST(test_try_once_asks_again_after_a_new_incarnation)
+{
+	struct lock_acquire_args a = args(0, 0);
+	struct lockdb_reply again = { .status = LDB_UNAVAILABLE,
+		.again = true,
+		.why =
+		    "Redis holds lock data this broker has not checked yet" };
+
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	fake_answer(expect(FAKE_ACQUIRE, "a"), &again);
+	ck_assert_str_eq(told_take(), "");
+	run_ms(5);
+	fake_grant(expect(FAKE_ACQUIRE, "a"), 3);
+	ck_assert_str_eq(told_take(), "1 OK fence=3 ttl=10000");
+	ck_assert_int_eq(acquire(1, "b", &a), 0);
+	fake_answer(expect(FAKE_ACQUIRE, "b"), &again);
+	run_ms(5);
+	fake_answer(expect(FAKE_ACQUIRE, "b"), &again);
+	ck_assert_str_eq(told_take(),
+	    "1 ERR UNAVAILABLE Redis holds lock data this broker has not checked yet");
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 /* Redis forgot its lock data while the trier's try was in Redis (it may
  * have run before the loss): the waiters behind it take their places again
  * only after the trier's next try, so that a later waiter does not queue
@@ -3118,6 +3146,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_new_incarnation);
 	tcase_add_test(tc, test_new_incarnation_retakes);
 	tcase_add_test(tc, test_new_incarnation_trier_busy);
+	tcase_add_test(tc, test_try_once_asks_again_after_a_new_incarnation);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 	tcase_add_test(tc, test_holds_confirmed);
 	tcase_add_test(tc, test_clock_step_confirms_every_hold);
