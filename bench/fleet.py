@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""A fleet of brokers on one Redis (a sidecar beside every application
+instance): what the brokers cost Redis when they hold nothing, and how many
+deliveries each kind of event costs, for this build and, side by side in
+the same run, for another (--baseline, an older lockbrokerd).
+
+For each N in --brokers: a private redis-server, N brokers on it, left
+alone for two trust periods (so that each settles), then D seconds in
+which Redis's CPU (INFO cpu: its own getrusage), its commands per second
+(INFO commandstats, less our own INFO), its writes per second
+(rdb_changes_since_last_save) and its connections are read.
+
+Events, on --event-brokers brokers: a REVOKE, a RELEASE ... TOKEN through
+another broker, a shorter same-token ACQUIRE through another broker and
+then its RELEASE there, and the RELEASE of a FILL leader with a waiter on a
+third broker; a pattern subscriber of ours sees every message, and each
+one's deliveries are the subscribers of its channel (PUBSUB NUMSUB, ours
+not counted).
+
+    bench/fleet.py [--brokers 1,10,100] [-d SECONDS] [--trust-ms MS]
+                   [--event-brokers N] [--baseline OLD-LOCKBROKERD]
+
+Needs a build: meson compile -C build (lockbrokerd)."""
+
+import argparse
+import os
+import select
+import shutil
+import socket
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+sys.path.insert(0, HERE)
+from compare import commandstats, raise_nofile  # noqa: E402
+import lbtest  # noqa: E402
+
+ADMIN = "fleet-admin-secret"
+
+
+def start(tmp, redis_port, n, trust_ms, binary, first=0):
+    """n brokers on redis_port, each in its own directory's config."""
+    lbtest.LOCKBROKERD = binary
+    out = []
+    for i in range(first, first + n):
+        out.append(lbtest.Broker(
+            tmp, redis_port,
+            {"log": {"level": "warning"}, "redis": {"trust_ms": trust_ms},
+             "auth": {"admin_secret": ADMIN}},
+            name="b%d" % i))
+    return out
+
+
+def idle(binary, n, seconds, trust_ms):
+    """Redis's figures with n idle brokers: CPU ms/s, commands/s, writes/s,
+    connections."""
+    tmp = tempfile.mkdtemp(prefix="lbfleet-")
+    redis = lbtest.Redis(tmp, extra=["--maxclients", "20000"])
+    brokers = []
+    try:
+        brokers = start(tmp, redis.port, n, trust_ms, binary)
+        time.sleep(2 * trust_ms / 1000.0 + 1)
+        resp = lbtest.Resp(redis.port)
+        info = lambda: resp("INFO", "everything")
+        s0, i0 = commandstats(resp), info()
+        time.sleep(seconds)
+        s1, i1 = commandstats(resp), info()
+        calls = sum(s1.get(k, 0) - s0.get(k, 0) for k in s1
+                    if k != "info") / seconds
+        field = lambda i, k: float(i.split(k + ":")[1].split("\r")[0])
+        cpu = sum(field(i1, k) - field(i0, k)
+                  for k in ("used_cpu_sys", "used_cpu_user"))
+        writes = (field(i1, "rdb_changes_since_last_save") -
+                  field(i0, "rdb_changes_since_last_save")) / seconds
+        conns = int(field(i1, "connected_clients")) - 1
+        resp.close()
+        return cpu * 1000 / seconds, calls, writes, conns
+    finally:
+        for b in brokers:
+            b.stop()
+        redis.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Listener:
+    """A pattern subscriber on the prefix: every message published."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.sendall(b"PSUBSCRIBE lockbroker:*\r\n")
+        self.buf = b""
+        self.take()
+
+    def take(self):
+        """The (channel, message) pairs come since the last call, once
+        nothing more came for 0.3 s."""
+        while select.select([self.s], [], [], 0.3)[0]:
+            data = self.s.recv(65536)
+            if not data:
+                raise ConnectionError("redis closed")
+            self.buf += data
+        parts, out, i = self.buf.split(b"\r\n"), [], 0
+        while i < len(parts) and parts[i].startswith(b"*"):
+            n, i, item = int(parts[i][1:]), i + 1, []
+            for _ in range(n):
+                if parts[i].startswith(b"$"):
+                    item.append(parts[i + 1].decode())
+                    i += 2
+                else:
+                    item.append(parts[i].decode())
+                    i += 1
+            if item[0] == "pmessage":
+                out.append(item[2])
+        self.buf = b""
+        return out
+
+
+def deliveries(resp, channels):
+    """How many subscribers got these messages (ours not counted)."""
+    total = 0
+    for ch in channels:
+        subs = resp("PUBSUB", "NUMSUB", ch)[1]
+        total += subs
+    return total
+
+
+def events(binary, n, trust_ms):
+    """Deliveries per event kind with n brokers."""
+    tmp = tempfile.mkdtemp(prefix="lbfleet-")
+    redis = lbtest.Redis(tmp)
+    brokers = []
+    out = {}
+    try:
+        brokers = start(tmp, redis.port, n, trust_ms, binary)
+        resp = lbtest.Resp(redis.port)
+        ear = Listener(redis.port)
+        c = [b.client() for b in brokers[:3]]
+        assert c[0].cmd("AUTH " + ADMIN) == "OK"
+
+        def measure(kind, *steps):
+            ear.take()
+            for step in steps:
+                step()
+            out[kind] = deliveries(resp, ear.take())
+
+        # Each takes c[1]'s hold: it reads EVENT LOST.
+        assert c[1].cmd("ACQUIRE rv TTL 30000").startswith("OK ")
+        measure("REVOKE", lambda: c[0].cmd("REVOKE rv"), c[1].line)
+        assert c[1].cmd("ACQUIRE tk TTL 30000 TOKEN fleet-t").startswith("OK")
+        measure("RELEASE TOKEN elsewhere",
+                lambda: c[2].cmd("RELEASE tk TOKEN fleet-t"), c[1].line)
+        assert c[1].cmd("ACQUIRE sh TTL 30000 TOKEN fleet-s").startswith("OK")
+        measure("shortened, then released",
+                lambda: c[2].cmd("ACQUIRE sh TTL 10000 TOKEN fleet-s"),
+                c[1].line, lambda: c[2].cmd("RELEASE sh"))
+        assert c[1].cmd("FILL fl").startswith("OK ")
+        c[2].send("FILL fl WAIT 30000")
+        time.sleep(0.3)
+        measure("FILL released", lambda: c[1].cmd("RELEASE fl"))
+        for x in c:
+            x.close()
+        resp.close()
+        return out
+    finally:
+        for b in brokers:
+            b.stop()
+        redis.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", default="1,10,100")
+    ap.add_argument("-d", type=float, default=10)
+    ap.add_argument("--trust-ms", type=int, default=5000)
+    ap.add_argument("--event-brokers", type=int, default=8)
+    ap.add_argument("--baseline")
+    a = ap.parse_args()
+    raise_nofile()
+    builds = [("this", os.path.join(ROOT, "build", "src", "lockbrokerd"))]
+    if a.baseline:
+        builds.append(("baseline", a.baseline))
+    print("redis.trust_ms %d; idle phases of %g s" % (a.trust_ms, a.d))
+    print("| build | brokers | Redis CPU ms/s | per broker µs/s (less "
+          "Redis alone) | "
+          "commands/s | writes/s | connections |")
+    print("|---|---|---|---|---|---|---|")
+    alone = idle(builds[0][1], 0, a.d, a.trust_ms)[0]
+    print("| (Redis alone) | 0 | %.2f | | | | |" % alone)
+    for n in [int(x) for x in a.brokers.split(",")]:
+        for name, binary in builds:
+            cpu, calls, writes, conns = idle(binary, n, a.d, a.trust_ms)
+            print("| %s | %d | %.2f | %.1f | %.1f | %.1f | %d |" % (
+                name, n, cpu, (cpu - alone) * 1000 / n, calls, writes,
+                conns))
+            sys.stdout.flush()
+    print()
+    print("deliveries per event, %d brokers" % a.event_brokers)
+    rows = {name: events(binary, a.event_brokers, a.trust_ms)
+            for name, binary in builds}
+    print("| event | " + " | ".join(n for n, _ in builds) + " |")
+    print("|---|" + "---|" * len(builds))
+    for kind in rows["this"]:
+        print("| %s | %s |" % (kind, " | ".join(
+            str(rows[n][kind]) for n, _ in builds)))
+
+
+if __name__ == "__main__":
+    main()
