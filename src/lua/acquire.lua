@@ -57,6 +57,7 @@
 --   another of this broker's (the broker of info), else 0}; {2, done}; {3, n} when the token is a shared holder (n
 --   as share.lua's); gate.lua's {-1, 0} or {-2, ms}; or next_fence's error.
 
+-- include keep.lua
 -- include fence.lua
 -- include gate.lua
 -- include plain.lua
@@ -80,7 +81,7 @@ if not closed and redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[7]) == 0 and
   local fs = type(f) == 'number' and string.format('%d', f)
   if fs and redis.call('SET', KEYS[1], val .. ' ' .. fs, 'NX', 'PX',
       ARGV[2]) then
-    redis.call('SET', KEYS[2], fs, 'PX', tonumber(ARGV[2]) + 86400000) -- fence.lua
+    redis.call('SET', KEYS[2], fs, 'PX', tonumber(ARGV[2]) + keep_ms()) -- fence.lua
     if ARGV[7] == '1' then redis.call('DEL', KEYS[9]) end
     return {1, f}
   end
@@ -192,7 +193,7 @@ if holds then
       string.gsub(ARGV[4], '^(%S+) %S+', '%1 ' .. joined(by, me))
   end
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 86400000) -- fence.lua
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + keep_ms()) -- fence.lua
   qdrop(KEYS[3], KEYS[4], tk)
   return {1, tonumber(fs)}
 end

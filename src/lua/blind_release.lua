@@ -5,7 +5,8 @@
 -- ARGV: as release.lua's
 -- Returns {1}.
 
+-- include keep.lua
 redis.call('DEL', KEYS[1])
-redis.call('PEXPIRE', KEYS[5], 43200000) -- and the lease it remembered
+redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- and the lease it remembered
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return {1}

@@ -28,6 +28,7 @@ local m = redis.call('HMGET', KEYS[6], 'id', 'grace', 'runid')
 if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
   return {-1, 0}
 end
+-- include keep.lua
 -- include now.lua
 -- include fence.lua
 -- include holds.lua
@@ -60,7 +61,7 @@ if ARGV[3] ~= '0' and not v then
       c and c <= tonumber(ARGV[2]) and
       redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
-    redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + 86400000)
+    redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + keep_ms())
     return kept(KEYS[1], tonumber(ARGV[3]))
   end
 end

@@ -20,6 +20,7 @@ if m[1] ~= ARGV[7] or (ARGV[8] ~= '' and m[2] ~= ARGV[8]) then
   return -1
 end
 
+-- include keep.lua
 -- include holds.lua
 -- include tell.lua
 if holds then
@@ -30,13 +31,13 @@ if holds then
     tell(ARGV[5], by, ARGV[4], ARGV[6] .. ' shortened ' .. c .. ' ' ..
       ARGV[4], {})
   end
-  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + 86400000) -- fence.lua
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + keep_ms()) -- fence.lua
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 if v and v ~= '=shared' then return 0 end
 local kept = not v and ARGV[3] ~= '0' and
   redis.call('GET', KEYS[4]) == ARGV[3] and
-  redis.call('PTTL', KEYS[4]) - 86400000
+  redis.call('PTTL', KEYS[4]) - keep_ms()
 if kept and kept > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   -- An exclusive grant whose lock key went by hand while the counter
   -- remembers its lease (lib/fence.lua): the lease it remembers is moved
@@ -47,7 +48,7 @@ if kept and kept > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
     tell(ARGV[5], '?', ARGV[4], ARGV[6] .. ' shortened ' .. ARGV[3] ..
       ' ' .. ARGV[4], {})
   end
-  return redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + 86400000)
+  return redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + keep_ms())
 end
 -- include now.lua
 -- include holders.lua

@@ -41,10 +41,11 @@
 --   n, token} for this broker's ticket "<broker>#<n>", {1, fence, 0} for
 --   another broker's.
 
+-- include keep.lua
 -- include holds.lua
 -- include plain.lua
 if not v and ARGV[6] ~= '0' and redis.call('GET', KEYS[5]) == ARGV[6] and
-    redis.call('PTTL', KEYS[5]) > 86400000 and
+    redis.call('PTTL', KEYS[5]) > keep_ms() and
     redis.call('EXISTS', KEYS[3]) == 0 then
   -- An exclusive grant's lock key went (deleted or renamed by hand) while
   -- its lease runs, and the counter remembers it (lib/fence.lua; no shared
@@ -76,7 +77,7 @@ if holds then
     return {0}
   end
   redis.call('DEL', KEYS[1])
-  redis.call('PEXPIRE', KEYS[5], 43200000) -- no lease left (lib/fence.lua)
+  redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- no lease left (lib/fence.lua)
   queued = marks and redis.call('EXISTS', KEYS[8]) == 1
   marks = queued or (marks and redis.call('EXISTS', KEYS[2]) == 1)
   if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
@@ -100,7 +101,7 @@ else
   local now = now_ms()
   if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then
     redis.call('DEL', KEYS[4])
-    redis.call('PEXPIRE', KEYS[5], 43200000) -- no lease (lib/fence.lua)
+    redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- no lease (lib/fence.lua)
   else
     stretch(KEYS[1], KEYS[3], KEYS[4], now, KEYS[5]) -- the longest left
   end

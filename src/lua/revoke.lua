@@ -12,6 +12,7 @@
 -- ARGV: channel, name, keep_ms
 -- Returns how many holders there were.
 
+-- include keep.lua
 -- include now.lua
 -- include tell.lua
 local now = now_ms()
@@ -22,7 +23,7 @@ if v and v ~= '=shared' then
   n = n + 1
   fields[1] = string.match(v, '^%S+ %S+ (%S+)') or '?'
 end
-if not v and n == 0 and redis.call('PTTL', KEYS[4]) > 86400000 then
+if not v and n == 0 and redis.call('PTTL', KEYS[4]) > keep_ms() then
   n, fields[1] = 1, '?' -- a grant whose lock key went by hand (fence.lua)
 end
 if n > 0 and (not v or v == '=shared') then
@@ -34,7 +35,7 @@ if n > 0 and (not v or v == '=shared') then
   end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-redis.call('PEXPIRE', KEYS[4], 43200000) -- no lease left (lib/fence.lua)
+redis.call('PEXPIRE', KEYS[4], keep_ms() / 2) -- no lease left (lib/fence.lua)
 if n > 0 then
   local f = redis.call('GET', KEYS[4]) or '0'
   local told = {}

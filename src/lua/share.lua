@@ -25,6 +25,7 @@
 --   acquire.lua's: the first ticket when another of this broker's)}, {3, n},
 --   or gate.lua's {-1, 0} or {-2, ms}.
 
+-- include keep.lua
 -- include now.lua
 -- include fence.lua
 -- include gate.lua

@@ -10,7 +10,8 @@
 -- fence without writing it; next_fence(k, t, ttl) also writes it back
 -- with one SET that keeps it (a plain grant in acquire.lua writes it
 -- itself, as here): the counter is only needed while a grant may still be
--- compared with it, so it lives a day past the lease ttl (ms) just set (a
+-- compared with it, so it lives keep_ms() past the lease ttl (ms) just
+-- set (lib/keep.lua: ten minutes; a
 -- release, renewal and VALIDATE may read it; a renewal keeps it as long),
 -- and the names nobody uses any more leave nothing in Redis; a counter
 -- gone gives the clock's fence, above it by then. t: a TIME this script
@@ -38,22 +39,22 @@ local function fence_of(k, t, c)
   return f, c
 end
 -- The counter also remembers the lease: every grant, renewal, EXTEND and
--- put-back sets its expiry a day past the lease it sets (shared holders':
--- past the longest, lib/holders.lua), and a release or REVOKE sets it to
--- half a day (so that Redis's clock stepped back by up to that much does
--- not make a lease seem to run again). remembered(k) is the ms of lease
+-- put-back sets its expiry keep_ms() past the lease it sets (shared
+-- holders': past the longest, lib/holders.lua), and a release or REVOKE
+-- sets it to half that (so that Redis's clock stepped back by up to that
+-- much does not make a lease seem to run again). remembered(k) is the ms of lease
 -- the counter k remembers (0: none): an exclusive grant's lock key
 -- deleted or renamed by hand while its lease runs does not free the name
 -- (acquire.lua, share.lua), and its holder's broker puts it back
 -- (check.lua).
 local function remembered(k)
-  return math.max(0, redis.call('PTTL', k) - 86400000)
+  return math.max(0, redis.call('PTTL', k) - keep_ms())
 end
 local function next_fence(k, t, ttl, c)
   local f = fence_of(k, t, c)
   if type(f) == 'number' then
     redis.call('SET', k, string.format('%d', f), 'PX',
-      tonumber(ttl) + 86400000)
+      tonumber(ttl) + keep_ms())
   end
   return f
 end

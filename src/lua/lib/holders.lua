@@ -4,7 +4,7 @@
 -- last) and says how many are left; stretch makes the three keys live as
 -- long as the last lease: until a millisecond past its end on TIME's clock
 -- (l must be free or "=shared"; l must not go while a lease in h is still
--- running), and the fence counter f remember it a day past that
+-- running), and the fence counter f remember it keep_ms() past that
 -- (lib/fence.lua's remembered). Needs now.lua.
 local function prune(l, h, who, now)
   local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))
@@ -23,5 +23,5 @@ local function stretch(l, h, who, now, f)
   redis.call('SET', l, '=shared', 'PXAT', at)
   redis.call('PEXPIREAT', h, at)
   redis.call('PEXPIREAT', who, at)
-  redis.call('PEXPIREAT', f, tonumber(at) + 86400000)
+  redis.call('PEXPIREAT', f, tonumber(at) + keep_ms())
 end
