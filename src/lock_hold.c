@@ -756,13 +756,13 @@ static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	bool all = false;
+	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0;
 
-	if (stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0) {
-		lockdb_quiet();
-		if (hold.quiet_beats++ % QUIET_BEATS != 0)
-			return;
-	} else
+	lockdb_quiet(quiet);
+	if (!quiet)
 		hold.quiet_beats = 0;
+	else if (hold.quiet_beats++ % QUIET_BEATS != 0)
+		return;
 	lockdb_incarnation();
 	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
 	    chaos_fault != CHAOS_NO_CONFIRM)

@@ -953,9 +953,9 @@ lockdb_incarnation(void)
 }
 
 void
-lockdb_quiet(void)
+lockdb_quiet(bool quiet)
 {
-	ldb.quiet = true;
+	ldb.quiet = quiet;
 }
 
 void

@@ -198,10 +198,11 @@ typedef void lockdb_inc_fn(const struct lockdb_inc *);
 void lockdb_on_incarnation(lockdb_inc_fn *fn);
 /* Ask which incarnation Redis serves (once at a time; not when down). */
 void lockdb_incarnation(void);
-/* The engine holds nothing and nobody waits: beats until the next request
- * read no evicted_keys and no INFO memory, and that request is sent after
- * a beat (what the broker knows may be old by then). */
-void lockdb_quiet(void);
+/* Whether the engine holds nothing and nobody waits (said at each beat):
+ * quiet, beats read no evicted_keys and no INFO memory, and the next
+ * request is sent after a beat (what the broker knows may be old by
+ * then). */
+void lockdb_quiet(bool quiet);
 
 /* WAIT for replicas after a write; the reply's fence is how many acked. */
 void lockdb_wait(const char *name, int replicas, uint64_t timeout_ms,

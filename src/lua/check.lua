@@ -29,6 +29,7 @@ if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
   return {-1, 0}
 end
 -- include keep.lua
+-- include tell.lua
 -- include now.lua
 -- include fence.lua
 -- include holds.lua
@@ -43,6 +44,15 @@ local function kept(k, left)
   return {1, left}
 end
 if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
+  -- Held through several brokers and put back by another (a new
+  -- incarnation): this one joins the entry again, so that what the
+  -- others do to the grant is told to it (lib/tell.lua).
+  local by, me = string.match(v, '^%S+ %S+ (%S+)'),
+    string.match(ARGV[4], '^%S+ %S+ (%S+)')
+  if by and me and joined(by, me) ~= by then
+    redis.call('SET', KEYS[1], (string.gsub(v, '^(%S+ %S+) %S+',
+      '%1 ' .. joined(by, me))), 'KEEPTTL')
+  end
   return kept(KEYS[1], redis.call('PTTL', KEYS[1]))
 end
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -69,7 +79,7 @@ end
 -- this grant and remembers its lease (lib/fence.lua): nobody else can have
 -- been granted the name, so it is put back, for that lease, with its
 -- broker unknown ("?": other brokers may hold the grant too, so its
--- release and shortening are announced, as for "*", but a broker's own
+-- release and shortening are announced to every broker, but a broker's own
 -- release still frees it).
 if not v and c == tonumber(ARGV[2]) and string.find(ARGV[4], ' %S') and
     redis.call('EXISTS', KEYS[2]) == 0 then

@@ -64,6 +64,7 @@ local fs, by, c -- the grant's fence, the broker its entry names, and
 -- (lib/plain.lua); another exclusive holder's release asks for the queue
 -- (a hand-over needs to know), then for waiters if there is none.
 local marks, queued = true, false
+local done = false -- whether this release marked a FILL's work done
 if holds then
   fs = plain_fence(v)
   marks = not fs
@@ -83,6 +84,7 @@ if holds then
   if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
       redis.call('EXISTS', KEYS[6]) == 1) then
     redis.call('SET', KEYS[7], fs, 'PX', ARGV[5])
+    done = true
   end
 else
 -- include now.lua
@@ -148,6 +150,8 @@ if queued then
     local n = tonumber(string.match(tk, '#(%d+)$'))
     redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
     redis.call('DEL', KEYS[11])
+    -- FILL waiters elsewhere learn that their leader is done.
+    if done then wake(KEYS[2], ARGV[2], ARGV[3], told) end
     if b == ARGV[7] then return {1, f, n, tok} end
     redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..
       ms(f) .. ' ' .. tok .. ' ' .. ttl)

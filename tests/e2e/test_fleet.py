@@ -193,5 +193,64 @@ class Events(BrokerTest):
         self.assertEqual(w.line(), "DONE")
         self.assertEqual(self.said(), [(self.to[self.others[2]], "fl")])
 
+
+class Shared(BrokerTest):
+    """A grant one token holds through several brokers, after Redis forgot
+    it (a FLUSHALL) and their holds were put back: the entry names each
+    broker again, so a release through one tells the others."""
+
+    conf = {"redis": {"trust_ms": TRUST_MS}}
+
+    def test_put_back_grant_names_every_broker(self):
+        b1 = self.start_broker(self.conf, name="b1")
+        b2 = self.start_broker(self.conf, name="b2")
+        h0, h1 = self.client(), self.client(b1)
+        f = h0.cmd("ACQUIRE pb TTL 60000 TOKEN tpb").split()[1]
+        self.assertRegex(h1.cmd("ACQUIRE pb TTL 60000 TOKEN tpb"),
+                         r"^OK %s " % f)
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        # Both holds back, both brokers in the entry (each confirms within
+        # trust_ms, after the grace period's put-back).
+        wait_for(lambda: len(self.who_brokers(h0, "pb")) == 2,
+                 (TRUST_MS * 1.02 + 1 + 1000 + 2 * TRUST_MS) / 1000.0 + 2)
+        x = self.client(b2)
+        wait_for(lambda: x.cmd("ACQUIRE probe WAIT 0").startswith("OK "),
+                 10, 0.05)   # the grace period is over
+        self.assertEqual(h0.cmd("RELEASE pb"), "OK")
+        self.assertEqual(h1.line(), "EVENT LOST pb %s revoked" % f)
+        self.assertRegex(x.cmd("ACQUIRE pb WAIT 0"), r"^OK ")
+
+    @staticmethod
+    def who_brokers(c, name):
+        who = c.until_end("WHO " + name)
+        return who[0].split()[4].split(",") if who else []
+
+
+class Wakes(BrokerTest):
+    """A release wakes every waiter it concerns at once, not at its next
+    retry (locks.retry_min_ms, 4 s here)."""
+
+    conf = {"locks": {"retry_min_ms": 4000, "retry_max_ms": 8000}}
+
+    def test_fill_waiter_told_done_when_the_name_is_handed_on(self):
+        """A FILL leader's release hands the name to another broker's
+        queued ticket; a FILL waiter on a third broker learns at once that
+        its leader is done."""
+        b1 = self.start_broker(self.conf, name="b1")
+        b2 = self.start_broker(self.conf, name="b2")
+        lead, w, fw = self.client(), self.client(b1), self.client(b2)
+        self.assertRegex(lead.cmd("FILL fh"), r"^OK ")
+        w.send("ACQUIRE fh WAIT 30000")
+        wait_for(lambda: self.redis("ZCARD", "lockbroker:{fh}:queue") == 1)
+        fw.send("FILL fh WAIT 30000")
+        wait_for(lambda: self.redis("EXISTS", "lockbroker:{fh}:waiting"))
+        time.sleep(0.2)      # its try answered: it waits for its retry
+        start = time.monotonic()
+        self.assertEqual(lead.cmd("RELEASE fh"), "OK")
+        self.assertRegex(w.line(), r"^OK ")
+        self.assertEqual(fw.line(), "DONE")
+        self.assertLess(time.monotonic() - start, 1.0 * LATE)
+
+
 if __name__ == "__main__":
     main()

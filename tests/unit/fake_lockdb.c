@@ -200,9 +200,9 @@ lockdb_incarnation(void)
 }
 
 void
-lockdb_quiet(void)
+lockdb_quiet(bool quiet)
 {
-	fake.quiet++;
+	fake.quiet += quiet;
 }
 
 unsigned
