@@ -19,14 +19,22 @@ not counted).
 
     bench/fleet.py [--brokers 1,10,100] [-d SECONDS] [--trust-ms MS]
                    [--event-brokers N] [--baseline OLD-LOCKBROKERD]
+    bench/fleet.py --load 1,8,32 [-d SECONDS] [--baseline ...]
+
+--load instead runs lockbench's uncontended load (200 clients) and its
+contended one (32 clients on one name, 1 ms holds) spread over N brokers,
+and straight to Redis, and prints per operation Redis's CPU, its commands
+(those its scripts ran included) and its script calls.
 
 Needs a build: meson compile -C build (lockbrokerd)."""
 
 import argparse
+import json
 import os
 import select
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -171,6 +179,69 @@ def events(binary, n, trust_ms):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+LOCKBENCH = os.path.join(ROOT, "build", "bench", "lockbench")
+
+
+def load(binary, n, scenario, conns, seconds, trust_ms):
+    """lockbench's scenario with conns connections spread over n brokers
+    (n 0: straight to Redis, lockbench's direct client): ops/s and, per
+    op (a cycle, or a contended grant), Redis's CPU in µs, its commands
+    (those scripts run included) and its script calls."""
+    tmp = tempfile.mkdtemp(prefix="lbfleet-")
+    redis = lbtest.Redis(tmp, extra=["--maxclients", "20000"])
+    brokers = []
+    try:
+        brokers = start(tmp, redis.port, n, trust_ms, binary)
+        resp = lbtest.Resp(redis.port)
+        target = (sum((["--broker", "127.0.0.1:%d" % b.port]
+                       for b in brokers), []) or
+                  ["--redis", "127.0.0.1:%d" % redis.port])
+        cmd = [LOCKBENCH] + target + ["-s", scenario, "-c", str(conns),
+                                      "-d", str(seconds)]
+        cpu = lambda: sum(float(resp("INFO", "cpu").split(k + ":")[1]
+                                .split("\r")[0])
+                          for k in ("used_cpu_sys", "used_cpu_user"))
+        c0, s0 = cpu(), commandstats(resp)
+        out = subprocess.run(cmd, capture_output=True, text=True,
+                             timeout=seconds + 300)
+        c1, s1 = cpu(), commandstats(resp)
+        if out.returncode != 0:
+            sys.exit("fleet: %s failed:\n%s" % (" ".join(cmd[:6]),
+                                                 out.stderr[-2000:]))
+        res = json.loads([l for l in out.stdout.splitlines()
+                          if l.startswith("{")][-1])
+        ops = max(res["ops"], 1)
+        d = {k: s1.get(k, 0) - s0.get(k, 0) for k in s1}
+        d.pop("info", None)
+        scripts = d.get("evalsha", 0) + d.get("eval", 0)
+        resp.close()
+        return (res["ops_per_s"], (c1 - c0) * 1e6 / ops,
+                sum(d.values()) / ops, scripts / ops)
+    finally:
+        for b in brokers:
+            b.stop()
+        redis.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def loads(builds, ns, seconds, trust_ms):
+    """The issue's two loads over n brokers: 200 clients cycling
+    uncontended, and 32 clients on one name (contended, 1 ms holds)."""
+    print("| load | build | brokers | ops/s | Redis µs/op | commands/op | "
+          "scripts/op |")
+    print("|---|---|---|---|---|---|---|")
+    for scenario, conns in (("uncontended", 200), ("contended", 32)):
+        r = load(None, 0, scenario, conns, seconds, trust_ms)
+        print("| %s %d | direct Redis | 0 | %.0f | %.1f | %.2f | %.2f |" % (
+            (scenario, conns) + r))
+        for n in ns:
+            for name, binary in builds:
+                r = load(binary, n, scenario, conns, seconds, trust_ms)
+                print("| %s %d | %s | %d | %.0f | %.1f | %.2f | %.2f |" % (
+                    (scenario, conns, name, n) + r))
+                sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", default="1,10,100")
@@ -178,11 +249,17 @@ def main():
     ap.add_argument("--trust-ms", type=int, default=5000)
     ap.add_argument("--event-brokers", type=int, default=8)
     ap.add_argument("--baseline")
+    ap.add_argument("--load", metavar="N1,N2", help="instead: lockbench's "
+                    "uncontended (200 clients) and contended (32) loads "
+                    "over N brokers, and straight to Redis")
     a = ap.parse_args()
     raise_nofile()
     builds = [("this", os.path.join(ROOT, "build", "src", "lockbrokerd"))]
     if a.baseline:
         builds.append(("baseline", a.baseline))
+    if a.load:
+        loads(builds, [int(x) for x in a.load.split(",")], a.d, a.trust_ms)
+        return
     print("redis.trust_ms %d; idle phases of %g s" % (a.trust_ms, a.d))
     print("| build | brokers | Redis CPU ms/s | per broker µs/s (less "
           "Redis alone) | "

@@ -748,7 +748,9 @@ lockhold_confirm_name(struct lock_name *ln, void *arg)
  * The beat. A broker that holds nothing and has nobody waiting has nothing
  * to vouch for: it asks only every QUIET_BEATS-th time (every 2 ×
  * trust_ms), so that a fleet of idle sidecars costs Redis next to
- * nothing, and its next request is sent after a beat (lockdb_quiet).
+ * nothing, and its next request is sent after a beat (lockdb_quiet). Not
+ * while it refuses grants for Redis's maxmemory-policy: it must see the
+ * policy's return, and no request of its own will show it.
  */
 #define QUIET_BEATS 8
 
@@ -756,7 +758,9 @@ static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	bool all = false;
-	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0;
+	/* One that refuses grants for Redis's policy keeps reading it. */
+	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0 &&
+	    lockdb_refusal() == NULL;
 
 	lockdb_quiet(quiet);
 	if (!quiet)

@@ -189,6 +189,27 @@ class Metrics(BrokerTest):
             self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
         wait_for(lambda: c.cmd("ACQUIRE after WAIT 0").startswith("OK "), 5)
 
+    def test_evicting_policy_and_back_on_a_quiet_broker(self):
+        """A broker that holds nothing and has nobody waiting beats
+        rarely (docs/protocol.md §8, Trust), but one that refuses grants
+        for the policy keeps reading it: it grants again within a few
+        beats of noeviction's return."""
+        b = self.start_broker({"redis": {"trust_ms": 400}}, name="quiet")
+        c = self.client(b)
+        time.sleep(1.0)                  # quiet by now
+        self.redis("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        def refused():
+            r = c.cmd("ACQUIRE q WAIT 0")
+            if r.startswith("OK "):     # not read yet
+                self.assertEqual(c.cmd("RELEASE q"), "OK")
+            return r.startswith("ERR UNAVAILABLE Redis maxmemory-policy")
+        try:
+            wait_for(refused, 5)
+            time.sleep(1.0)              # nothing held, nobody waits
+        finally:
+            self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        wait_for(lambda: c.cmd("ACQUIRE q WAIT 0").startswith("OK "), 2)
+
     def test_healthz_follows_redis(self):
         self.assertEqual(self.get("/healthz"), (200, "ok\n"))
         self.redis.kill()
