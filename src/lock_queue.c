@@ -472,6 +472,12 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = 0;
 	} else if (r->status == LDB_NO) {
 		next = r->pttl;
+		/* Its ticket queued behind a holder, whose release hands the
+		 * name on with a message to this broker: it asks again only to
+		 * keep the ticket live, or when that lease ends, not in a
+		 * quick back-off (a try per waiter and broker, each time). */
+		if (req->ticket != 0 && req->took && r->pttl != UINT64_MAX)
+			ln->backoff_ms = (uint64_t)q.cf->locks.retry_max_ms;
 		if (r->marked)
 			req->marked_writer = true;
 		if (req->mode == LOCK_FILL && r->fence > 0)

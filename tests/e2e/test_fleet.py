@@ -252,5 +252,29 @@ class Wakes(BrokerTest):
         self.assertLess(time.monotonic() - start, 1.0 * LATE)
 
 
+
+class Waiting(BrokerTest):
+    """A waiter whose ticket is queued behind a holder is handed the name
+    by the holder's release (a message to its broker): it does not ask
+    Redis again and again meanwhile, which over a fleet is a try per
+    waiter and broker for every grant."""
+
+    def test_queued_waiter_waits_for_its_hand_over(self):
+        other = self.start_broker(name="other")
+        h, w = self.client(), self.client(other)
+        self.assertRegex(h.cmd("ACQUIRE q TTL 30000"), r"^OK ")
+        w.send("ACQUIRE q WAIT 30000")
+        wait_for(lambda: self.redis("ZCARD", "lockbroker:{q}:queue") == 1)
+        scripts = calls(self.redis, "evalsha")
+        time.sleep(0.8)
+        # At most the two brokers' beats (every 1.25 s) and a try to keep
+        # the ticket live (every locks.retry_max_ms, 1 s); a back-off
+        # from locks.retry_min_ms (5 ms) would have tried 7 times.
+        self.assertLessEqual(calls(self.redis, "evalsha") - scripts, 3)
+        start = time.monotonic()
+        self.assertEqual(h.cmd("RELEASE q"), "OK")
+        self.assertRegex(w.line(), r"^OK ")
+        self.assertLess(time.monotonic() - start, 0.1 * LATE)
+
 if __name__ == "__main__":
     main()
