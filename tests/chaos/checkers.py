@@ -371,13 +371,16 @@ def _overlap(a, g, ctx):
         t_told = hold_end(old, ctx.t_end)
         late_s = t_told - new["t_granted"]
         line += "; it held on %.0f ms after the newer grant" % (late_s * 1e3)
-        if late_s > SLACK_S and _stopped(old, ctx.faults, new["t_granted"],
-                                         t_told):
+        if late_s <= SLACK_S:
+            # It stopped within the slack of the newer grant, as one told
+            # then would have (a release through the other broker while
+            # its link was broken: its own release came first).
+            return True, line
+        if _stopped(old, ctx.faults, new["t_granted"], t_told):
             return True, line + " (its broker or worker was stopped)"
         why = ctx.link_excuse(old, new["t_granted"], t_told) or \
             ctx.loss_excuse(old, new["t_granted"], t_told)
-        return (True, line + " (%s)" % why) if why and late_s > SLACK_S \
-            else (False, line)
+        return (True, line + " (%s)" % why) if why else (False, line)
     late_s = t_told - new["t_granted"]
     line += " %.0f ms after the newer grant" % (late_s * 1e3)
     if late_s <= SLACK_S:
