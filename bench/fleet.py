@@ -253,6 +253,9 @@ def main():
                     "uncontended (200 clients) and contended (32) loads "
                     "over N brokers, and straight to Redis")
     a = ap.parse_args()
+    if a.event_brokers < 3:
+        ap.error("--event-brokers: at least 3 (a holder's, another's, "
+                 "a waiter's)")
     raise_nofile()
     builds = [("this", os.path.join(ROOT, "build", "src", "lockbrokerd"))]
     if a.baseline:
