@@ -92,7 +92,7 @@
 #define MAX_ERRORS_SHOWN 5
 #define CONNECT_BATCH 500 /* connects in flight: stay under the backlog */
 #define SPARE_FILES 64	  /* descriptors beyond the sockets: stdio, epoll */
-#define MAX_BROKERS 1024 /* --broker given this many times at most */
+#define MAX_BROKERS 1024  /* --broker given this many times at most */
 
 extern char **environ;
 
