@@ -43,12 +43,8 @@ if n > 0 then
   for _, b in ipairs(fields) do
     tell(ARGV[1], b, '', ARGV[2] .. ' revoked ' .. f, told)
   end
-  local to = string.sub(ARGV[1], 1, -9) .. 'to:'
   for _, b in ipairs(redis.call('HKEYS', KEYS[7])) do
-    if b ~= '=last' and not told[b] then
-      redis.call('PUBLISH', to .. b, ARGV[2])
-      told[b] = true
-    end
+    if b ~= '=last' then tell(ARGV[1], b, '', ARGV[2], told) end
   end
   wake(KEYS[8], ARGV[1], ARGV[2], told)
 end

@@ -35,11 +35,7 @@ local function wake(w, ch, name, told)
   if #m == 0 then return end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local to = string.sub(ch, 1, -9) .. 'to:'
   for i = 1, #m, 2 do
-    if tonumber(m[i + 1]) and tonumber(m[i + 1]) > now and
-        not told[m[i]] then
-      redis.call('PUBLISH', to .. m[i], name)
-    end
+    if (tonumber(m[i + 1]) or 0) > now then tell(ch, m[i], '', name, told) end
   end
 end
