@@ -31,9 +31,7 @@ Needs a build: meson compile -C build (lockbrokerd)."""
 import argparse
 import json
 import os
-import select
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -93,39 +91,6 @@ def idle(binary, n, seconds, trust_ms):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class Listener:
-    """A pattern subscriber on the prefix: every message published."""
-
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.s.sendall(b"PSUBSCRIBE lockbroker:*\r\n")
-        self.buf = b""
-        self.take()
-
-    def take(self):
-        """The (channel, message) pairs come since the last call, once
-        nothing more came for 0.3 s."""
-        while select.select([self.s], [], [], 0.3)[0]:
-            data = self.s.recv(65536)
-            if not data:
-                raise ConnectionError("redis closed")
-            self.buf += data
-        parts, out, i = self.buf.split(b"\r\n"), [], 0
-        while i < len(parts) and parts[i].startswith(b"*"):
-            n, i, item = int(parts[i][1:]), i + 1, []
-            for _ in range(n):
-                if parts[i].startswith(b"$"):
-                    item.append(parts[i + 1].decode())
-                    i += 2
-                else:
-                    item.append(parts[i].decode())
-                    i += 1
-            if item[0] == "pmessage":
-                out.append(item[2])
-        self.buf = b""
-        return out
-
-
 def deliveries(resp, channels):
     """How many subscribers got these messages (ours not counted)."""
     total = 0
@@ -144,7 +109,7 @@ def events(binary, n, trust_ms):
     try:
         brokers = start(tmp, redis.port, n, trust_ms, binary)
         resp = lbtest.Resp(redis.port)
-        ear = Listener(redis.port)
+        ear = lbtest.Listener(redis.port)
         c = [b.client() for b in brokers[:3]]
         assert c[0].cmd("AUTH " + ADMIN) == "OK"
 
@@ -152,7 +117,7 @@ def events(binary, n, trust_ms):
             ear.take()
             for step in steps:
                 step()
-            out[kind] = deliveries(resp, ear.take())
+            out[kind] = deliveries(resp, [ch for ch, _ in ear.take()])
 
         # Each takes c[1]'s hold: it reads EVENT LOST.
         assert c[1].cmd("ACQUIRE rv TTL 30000").startswith("OK ")

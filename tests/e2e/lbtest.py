@@ -3,6 +3,7 @@ loopback ports, spoken to over real sockets. Standard library only."""
 
 import atexit
 import os
+import select
 import shutil
 import signal
 import socket
@@ -88,6 +89,47 @@ class Resp:
 
     def close(self):
         self.f.close()
+        self.sock.close()
+
+
+class Listener:
+    """A pattern subscriber (PSUBSCRIBE pattern) on a Redis: take() gives
+    every (channel, message) published since its last call."""
+
+    def __init__(self, port, pattern="lockbroker:*"):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(b"PSUBSCRIBE %s\r\n" % pattern.encode())
+        self.pending = b""
+        self.take()
+
+    def take(self, quiet_s=0.3):
+        """What came, once nothing more came for quiet_s (the
+        PSUBSCRIBE's answer aside)."""
+        while select.select([self.sock], [], [], quiet_s)[0]:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("redis closed the subscriber")
+            self.pending += data
+        # Each a RESP array of bulk strings (pmessage, pattern, channel,
+        # message), or of two and an integer (the PSUBSCRIBE's answer).
+        out, parts, i = [], self.pending.split(b"\r\n"), 0
+        while i < len(parts) and parts[i].startswith(b"*"):
+            n, i, item = int(parts[i][1:]), i + 1, []
+            for _ in range(n):
+                if parts[i].startswith(b"$"):
+                    item.append(parts[i + 1].decode())
+                    i += 2
+                else:
+                    item.append(parts[i].decode())
+                    i += 1
+            if item[0] == "pmessage":
+                out.append((item[2], item[3]))
+        if parts[i:] != [b""]:
+            raise ValueError("a partial reply: %r" % parts[i:])
+        self.pending = b""
+        return out
+
+    def close(self):
         self.sock.close()
 
 

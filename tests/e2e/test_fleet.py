@@ -3,11 +3,9 @@
 each broker costs Redis when it holds nothing or little, and that an event
 reaches only the brokers it concerns."""
 
-import select
-import socket
 import time
 
-from lbtest import LATE, BrokerTest, main, wait_for
+from lbtest import LATE, BrokerTest, Listener, main, wait_for
 
 TRUST_MS = 600
 
@@ -92,36 +90,12 @@ class Events(BrokerTest):
         self.others = [self.start_broker(self.conf, name="b%d" % i)
                        for i in (1, 2, 3)]
         self.to = {b: self.channel_of(b) for b in [self.broker] + self.others}
-        self.psub = socket.create_connection(("127.0.0.1", self.redis.port))
+        self.psub = Listener(self.redis.port)
         self.addCleanup(self.psub.close)
-        self.psub.sendall(b"PSUBSCRIBE lockbroker:*\r\n")
-        self.pending = b""
-        self.said()
 
     def said(self):
-        """Every (channel, message) published since the last call (the
-        PSUBSCRIBE's answer aside), once nothing more came for 0.3 s."""
-        while select.select([self.psub], [], [], 0.3 * LATE)[0]:
-            data = self.psub.recv(65536)
-            self.assertTrue(data, "Redis closed the subscriber")
-            self.pending += data
-        # Each a RESP array of bulk strings (pmessage, pattern, channel,
-        # message), or of two and an integer (the PSUBSCRIBE's answer).
-        out, parts, i = [], self.pending.split(b"\r\n"), 0
-        while i < len(parts) and parts[i].startswith(b"*"):
-            n, i, item = int(parts[i][1:]), i + 1, []
-            for _ in range(n):
-                if parts[i].startswith(b"$"):
-                    item.append(parts[i + 1].decode())
-                    i += 2
-                else:
-                    item.append(parts[i].decode())
-                    i += 1
-            if item[0] == "pmessage":
-                out.append((item[2], item[3]))
-        self.assertEqual(parts[i:], [b""])
-        self.pending = b""
-        return out
+        """Every (channel, message) published since the last call."""
+        return self.psub.take(0.3 * LATE)
 
     def channel_of(self, broker):
         """broker's own channel: WHO shows <hostname>:<pid> of a grant it
