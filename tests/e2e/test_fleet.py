@@ -36,6 +36,8 @@ class Beat(BrokerTest):
         would each add to the AOF and to the replicas' stream."""
         c = self.client()
         self.assertRegex(c.cmd("ACQUIRE held TTL 60000"), r"^OK ")
+        # Past the grant's own writes and its first confirmation; then a
+        # window of beats (counted: no event marks "no write").
         time.sleep(TRUST_MS / 1000.0)
         before, scripts = changes(self.redis), calls(self.redis, "evalsha")
         time.sleep(3 * TRUST_MS / 1000.0)
@@ -51,6 +53,7 @@ class Beat(BrokerTest):
         c = self.client()
         self.assertRegex(c.cmd("ACQUIRE once WAIT 0"), r"^OK ")
         self.assertEqual(c.cmd("RELEASE once"), "OK")
+        # Quiet from its next beat on; then a window of beats, counted.
         time.sleep(TRUST_MS / 1000.0)
         scripts, infos = calls(self.redis, "evalsha"), calls(self.redis,
                                                               "info")
@@ -69,11 +72,13 @@ class Beat(BrokerTest):
         h = self.client(busy)
         self.assertRegex(h.cmd("ACQUIRE kept TTL 60000"), r"^OK ")
         c = self.client()
+        # Quiet from its next beat on (nothing to see it by).
         time.sleep(TRUST_MS / 1000.0)
         self.assertEqual(self.redis("FLUSHALL"), "OK")
         wait_for(lambda: "new lock data" in busy.logtext())
-        # The grace period: trust_ms stretched, and clock_step_ms.
-        time.sleep((TRUST_MS * 1.02 + 1 + 1000) / 1000.0 + 0.2)
+        probe = self.client(busy)       # until the grace period is over
+        wait_for(lambda: probe.cmd("ACQUIRE probe WAIT 0").startswith("OK "),
+                 10, 0.05)
         self.assertRegex(c.cmd("ACQUIRE after WAIT 0"), r"^OK ")
         self.assertEqual(locks(h), ["kept"])
 
@@ -217,8 +222,8 @@ class Wakes(BrokerTest):
         w.send("ACQUIRE fh WAIT 30000")
         wait_for(lambda: self.redis("ZCARD", "lockbroker:{fh}:queue") == 1)
         fw.send("FILL fh WAIT 30000")
+        # Marked by its refused try: it waits for its retry (4 s) now.
         wait_for(lambda: self.redis("EXISTS", "lockbroker:{fh}:waiting"))
-        time.sleep(0.2)      # its try answered: it waits for its retry
         start = time.monotonic()
         self.assertEqual(lead.cmd("RELEASE fh"), "OK")
         self.assertRegex(w.line(), r"^OK ")
