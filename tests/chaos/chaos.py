@@ -246,7 +246,7 @@ def recheck(path, faults_file=None):
         raise RecheckError("no fault log in %s" % (faults_file or path))
     t_last = max([r.get(k) or 0 for r in records
                   for k in ("t", "t_reply", "t_granted", "t_release_reply",
-                            "t_lost", "t_disconnect")] + [0])
+                            "t_lost", "t_notheld", "t_disconnect")] + [0])
     res = {"records": records, "faults": run["faults"],
            "t0": run.get("t0", min([f["t_start"] for f in run["faults"]] +
                                    [t_last])),

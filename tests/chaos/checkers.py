@@ -53,15 +53,17 @@ def validity_end(g):
 
 def hold_end(g, t_end):
     """When the holder stopped using the lock: it sent RELEASE, read EVENT
-    LOST, saw its connection break, or the run ended."""
-    ends = [g[k] for k in ("t_release_sent", "t_lost", "t_disconnect")
-            if g.get(k) is not None]
+    LOST, read ERR NOTHELD to its own EXTEND, saw its connection break, or
+    the run ended."""
+    ends = [g[k] for k in ("t_release_sent", "t_lost", "t_notheld",
+                           "t_disconnect") if g.get(k) is not None]
     return min(ends) if ends else t_end
 
 
 def told_lost(g):
     """(when, how) the holder learnt it had lost the lock, or (None, None)
-    if it never did: EVENT LOST, a broken connection, RELEASE NOTHELD."""
+    if it never did: EVENT LOST, a broken connection, NOTHELD to its
+    RELEASE or to an EXTEND on its own connection."""
     told = []
     if g.get("t_lost") is not None:
         told.append((g["t_lost"], "EVENT LOST " + g.get("lost_reason", "?")))
@@ -69,6 +71,8 @@ def told_lost(g):
         told.append((g["t_disconnect"], "connection broke"))
     if str(g.get("release_reply", "")).startswith("ERR NOTHELD"):
         told.append((g["t_release_reply"], "RELEASE answered NOTHELD"))
+    if g.get("t_notheld") is not None:
+        told.append((g["t_notheld"], "EXTEND answered NOTHELD"))
     return min(told) if told else (None, None)
 
 
@@ -552,8 +556,9 @@ def _belief_pair(old, new, ctx):
 def _belief_end(g, t_end):
     """How g's belief ended, in words."""
     ends = [(g[k], w) for k, w in (
-        ("t_release_sent", "then released"), ("t_disconnect",
-                                              "then its connection broke"))
+        ("t_release_sent", "then released"),
+        ("t_notheld", "then its EXTEND answered NOTHELD"),
+        ("t_disconnect", "then its connection broke"))
             if g.get(k) is not None]
     if g.get("t_lost") is not None:
         ends.append((g["t_lost"], "then told EVENT LOST %s" %
@@ -876,6 +881,8 @@ def _fair_grants(grants, name, faults, t_end):
                             CLOCK_DRIFT * g["ttl"] / 1000.0)
             elif g.get("lost_reason") == "stolen":
                 ends.append(g["t_lost"])
+            elif g.get("t_notheld") is not None:
+                ends.append(g["t_notheld"])
             else:
                 ends.append(hold_end(g, t_end) + g["ttl"] / 1000.0 + STEP_S)
         out.append({"fence": fence, "token": first["token"],

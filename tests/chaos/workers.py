@@ -399,6 +399,8 @@ class Session:
             if op is not None and "done" not in op and now >= op["at"]:
                 op["done"] = True
                 self._operate(g, op)
+                if g.get("t_notheld") is not None:
+                    return "lost"
                 plan["snaps"].append(time.monotonic())
                 continue
             if plan["snaps"] and now >= plan["snaps"][0]:
@@ -511,6 +513,11 @@ class Session:
             raise
         rec["t_reply"] = time.monotonic()
         self._put(rec)
+        if c is self.conn and op["op"] == "extend" and \
+                rec["reply"].startswith("ERR NOTHELD"):
+            # Its own connection told it: the broker forgot the hold
+            # (docs/protocol.md, EXTEND), and so does the holder.
+            g["t_notheld"] = rec["t_reply"]
         if op["op"] == "regrant" and rec["reply"].startswith("OK "):
             w = rec["reply"].split()
             b = {k: g[k] for k in ("name", "mode", "limit") if k in g}

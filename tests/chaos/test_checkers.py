@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The fairness checker (checkers.check_fairness) on small made-up
-journals: first come first served passes, a later request granted first
-is an overtake, a fault of the waiter's broker excuses it, a long wait
-while others got the name for moments is starvation. Python 3 stdlib:
-python3 tests/chaos/test_fairness.py"""
+"""Checkers on small made-up journals. Fairness (check_fairness): first
+come first served passes, a later request granted first is an overtake, a
+fault of the waiter's broker excuses it, a long wait while others got the
+name for moments is starvation. Belief (check_belief): a LOCKS listing
+that leaves out a hold its client was never told of is a violation; one
+after an ERR NOTHELD to the holder's own EXTEND is not. Python 3 stdlib:
+python3 tests/chaos/test_checkers.py"""
 
 import os
 import sys
@@ -152,6 +154,39 @@ class Fairness(unittest.TestCase):
         recs.append(grant("w2c0", 0, 10.3, 10.45, 2, 0.05, wait=0))
         recs[2]["fence"] = 3
         self.assertEqual(judge(recs)["overtakes"], 1)
+
+
+class Belief(unittest.TestCase):
+    def listed_after(self, g, dt, lists):
+        """A LOCKS listing read dt s after g's OK, listing g or not."""
+        t = g["t_granted"] + dt
+        g.setdefault("locks", []).append(
+            [t, t + 0.001, [["hot", g["fence"], 1000, "ttl"]] if lists
+             else []])
+
+    def judge(self, grants):
+        ctx = checkers.Context(grants, [], [], 100.0)
+        return checkers.check_belief(grants, ctx)["violations"]
+
+    def test_dropped_without_being_told(self):
+        g = grant("w0c0", 0, 10.0, 10.001, 1, 1.5)
+        self.listed_after(g, 0.5, True)
+        self.listed_after(g, 0.8, False)
+        v = self.judge([g])
+        self.assertEqual(len(v), 1)
+        self.assertIn("did not list it (no EVENT LOST)", v[0])
+
+    def test_dropped_after_its_own_extend_was_answered_notheld(self):
+        # docs/protocol.md, EXTEND: on ERR NOTHELD the holds are forgotten;
+        # the holder read it and stops believing then.
+        g = grant("w0c0", 0, 10.0, 10.001, 1, 1.5)
+        self.listed_after(g, 0.5, True)
+        g["t_notheld"] = g["t_granted"] + 0.7
+        self.listed_after(g, 0.8, False)
+        self.assertEqual(self.judge([g]), [])
+        self.assertEqual(checkers.told_lost(g),
+                         (g["t_notheld"], "EXTEND answered NOTHELD"))
+        self.assertEqual(checkers.hold_end(g, 100.0), g["t_notheld"])
 
 
 if __name__ == "__main__":
