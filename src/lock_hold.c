@@ -54,7 +54,6 @@ static struct {
 	lockhold_forgot_fn *forgot;
 	uint64_t lease_seq;	/* requests that may set a lease, numbered */
 	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
-	unsigned quiet_beats;	/* beats in a row with nothing held here */
 	struct event *trust_ev; /* trust_ms after the last vouching answer */
 	struct event *stale_ev; /* stale holds not back by then are lost */
 	uint64_t vouched_ms;	/* when the last vouching answer was asked */
@@ -746,14 +745,12 @@ lockhold_confirm_name(struct lock_name *ln, void *arg)
 
 /*
  * The beat. A broker that holds nothing and has nobody waiting has nothing
- * to vouch for: it asks only every QUIET_BEATS-th time (every 2 ×
- * trust_ms), so that a fleet of idle sidecars costs Redis next to
- * nothing, and its next request is sent after a beat (lockdb_quiet). Not
- * while it refuses grants for Redis's maxmemory-policy: it must see the
- * policy's return, and no request of its own will show it.
+ * to vouch for, and asks nothing: a fleet of idle sidecars costs Redis
+ * only their connections (TCP keepalive finds a dead one), and its next
+ * request is sent after a beat (lockdb_quiet). Not while it refuses grants
+ * for Redis's maxmemory-policy: it must see the policy's return, and no
+ * request of its own will show it.
  */
-#define QUIET_BEATS 8
-
 static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -763,9 +760,7 @@ lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 	    lockdb_refusal() == NULL;
 
 	lockdb_quiet(quiet);
-	if (!quiet)
-		hold.quiet_beats = 0;
-	else if (hold.quiet_beats++ % QUIET_BEATS != 0)
+	if (quiet)
 		return;
 	lockdb_incarnation();
 	if (stats[STAT_locks_held] > 0 && lockdb_up() &&

@@ -190,8 +190,8 @@ class Metrics(BrokerTest):
         wait_for(lambda: c.cmd("ACQUIRE after WAIT 0").startswith("OK "), 5)
 
     def test_evicting_policy_and_back_on_a_quiet_broker(self):
-        """A broker that holds nothing and has nobody waiting beats
-        rarely (docs/protocol.md §8, Trust), but one that refuses grants
+        """A broker that holds nothing and has nobody waiting sends Redis
+        nothing (docs/protocol.md §8, Trust), but one that refuses grants
         for the policy keeps reading it: it grants again within a few
         beats of noeviction's return."""
         b = self.start_broker({"redis": {"trust_ms": 400}}, name="quiet")
