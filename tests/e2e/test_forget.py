@@ -168,8 +168,10 @@ class Forget(BrokerTest):
     def test_brokers_that_disagree_on_trust_ms_are_told(self):
         """The grace period is made by whichever broker notices first: a
         broker that trusts its holds longer than that is a misconfiguration,
-        and is said so."""
+        and is said so (at a beat: an idle broker beats at its next
+        request)."""
         self.start_broker({"redis": {"trust_ms": 2000}}, name="longer")
+        self.assertRegex(self.client().cmd("ACQUIRE busy"), r"^OK ")
         wait_for(lambda: "another broker's grace period is 3041 ms" in
                  self.broker.logtext(), 5)
 
