@@ -73,6 +73,7 @@ static struct {
 	size_t line_size;
 } cl;
 
+static void client_cancel_early(struct client *c);
 static void client_free(struct client *c, bool vanished);
 static void client_drop(struct client *c, const char *why);
 
@@ -174,6 +175,7 @@ client_process(struct client *c)
 			break;
 		case CMD_ASYNC:
 			c->busy = true;
+			client_cancel_early(c);
 			break;
 		case CMD_CLOSE:
 			c->quit = true;
@@ -217,6 +219,27 @@ client_too_many_pending(struct client *c)
 	return lines > max;
 }
 
+/*
+ * CANCEL as the next line behind a request in flight ends that request's
+ * wait now (docs/protocol.md, CANCEL); the line itself stays, to be
+ * answered in its turn. Anywhere else it is an ordinary request.
+ */
+static void
+client_cancel_early(struct client *c)
+{
+	char line[8];
+	ev_ssize_t n = evbuffer_copyout(c->in, line, sizeof line);
+
+	if (n < 7 ||
+	    !(line[6] == '\n' ||
+		(n == 8 && line[6] == '\r' && line[7] == '\n')))
+		return;
+	line[6] = '\0';
+	if (proto_keyword(line, "CANCEL") && lock_owner_cancel(&c->s.owner))
+		log_debug("client %" PRIu64 " [%s]: wait cancelled", c->s.id,
+		    c->peer);
+}
+
 /* New input: run what it completes, unless too much waits behind a wait. */
 static void
 client_input(struct client *c)
@@ -231,6 +254,8 @@ client_input(struct client *c)
 		client_close(c);
 		return;
 	}
+	if (c->busy)
+		client_cancel_early(c);
 	client_process(c);
 }
 

@@ -28,6 +28,7 @@
 static enum cmd_result cmd_acquire(struct session *, int, char **);
 static enum cmd_result cmd_auth(struct session *, int, char **);
 static enum cmd_result cmd_extend(struct session *, int, char **);
+static enum cmd_result cmd_cancel(struct session *, int, char **);
 static enum cmd_result cmd_help(struct session *, int, char **);
 static enum cmd_result cmd_info(struct session *, int, char **);
 static enum cmd_result cmd_locks(struct session *, int, char **);
@@ -57,6 +58,7 @@ static struct cmd_entry cmd_table[] = {
 	{ "STATUS", 1, 0, cmd_status, "<name>", 0 },
 	{ "VALIDATE", 2, 0, cmd_validate, "<name> <fence>", CMD_OPT_TOKEN },
 	{ "WHO", 1, 0, cmd_who, "<name>", 0 },
+	{ "CANCEL", 0, 0, cmd_cancel, "", 0 },
 	{ "REVOKE", 1, 0, cmd_revoke, "<name>", 0 },
 	{ "LOCKS", 0, 0, cmd_locks, "", 0 },
 	{ "INFO", 0, 0, cmd_info, "", 0 },
@@ -181,6 +183,10 @@ cmd_acquire_reply(struct session *s, const struct lock_result *res)
 	}
 	if (res->status == LOCK_DONE) {
 		evbuffer_add(s->out, "DONE\n", 5);
+		return;
+	}
+	if (res->status == LOCK_CANCELLED) {
+		evbuffer_add(s->out, "CANCELLED\n", 10);
 		return;
 	}
 	util_cat(&p, end, "OK ");
@@ -731,6 +737,17 @@ cmd_help(struct session *s, int argc, char **argv)
 	for (size_t i = 0; i < CMD_COUNT; i++)
 		evbuffer_add_printf(s->out, "%s\n", cmd_table[i].usage);
 	evbuffer_add(s->out, "END\n", 4);
+	return CMD_DONE;
+}
+
+/*
+ * CANCEL right behind a waiting request ended that wait when it was read
+ * (client.c); in its turn it has nothing left to do.
+ */
+static enum cmd_result
+cmd_cancel(struct session *s, int argc, char **argv)
+{
+	evbuffer_add(s->out, "OK\n", 3);
 	return CMD_DONE;
 }
 

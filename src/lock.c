@@ -193,7 +193,6 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	else if (r->status == LDB_NO || r->status == LDB_DONE) {
 		/* Someone else holds it now: our holds under it are stale. */
 		lockhold_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
-		STAT_INC(timeouts_total);
 		lockreq_answer_status(req, LOCK_TIMEOUT);
 	} else {
 		if (r->status == LDB_UNAVAILABLE)
@@ -642,6 +641,19 @@ lock_owner_eof(struct lock_owner *o)
 	if (!req->in_flight || req->heard)
 		return false;
 	lock_owner_try_once(req);
+	return true;
+}
+
+bool
+lock_owner_cancel(struct lock_owner *o)
+{
+	struct lock_req *req = o->pending;
+
+	if (req == NULL || req->op != OP_ACQUIRE || req->wait_ms == 0 ||
+	    !req->queued)
+		return false;
+	req->cancelled = true;
+	lockq_cancel(req);
 	return true;
 }
 

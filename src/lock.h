@@ -34,7 +34,8 @@ enum lock_mode {
 enum lock_status {
 	LOCK_OK,
 	LOCK_TIMEOUT,
-	LOCK_DONE, /* FILL: the leader finished */
+	LOCK_CANCELLED, /* CANCEL ended its wait */
+	LOCK_DONE,	/* FILL: the leader finished */
 	LOCK_FREE,
 	LOCK_HELD,
 	LOCK_ERR
@@ -127,6 +128,13 @@ void lock_shutdown(void);
  * ACQUIRE already waits (the owner should be treated as gone).
  */
 bool lock_owner_eof(struct lock_owner *o);
+/*
+ * CANCEL: the owner's ACQUIRE or FILL that waits is answered CANCELLED now,
+ * as if its WAIT ran out (a try of it still in Redis that is granted is
+ * given back). Nothing else of the owner changes. Returns whether there was
+ * such a wait (a try-once is none).
+ */
+bool lock_owner_cancel(struct lock_owner *o);
 
 void lock_owner_init(struct lock_owner *o, uint64_t id,
     const struct lock_owner_ops *ops, const char *peer);

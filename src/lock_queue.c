@@ -463,7 +463,6 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = 0;
 		if (req->queued && req->wait_ms == 0) {
 			/* Became a try-once on its way: never told DONE. */
-			STAT_INC(timeouts_total);
 			lockq_dequeue(req);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
 		}
@@ -487,7 +486,6 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		if (req->handed != 0)
 			lockq_confirm(req);
 		else if (req->wait_ms == 0) {
-			STAT_INC(timeouts_total);
 			lockq_dequeue(req);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
 		}
@@ -722,7 +720,6 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 		if (r->status == LDB_OK)
 			lockq_answer_late(req);
 		else if (r->status == LDB_NO || r->status == LDB_DONE) {
-			STAT_INC(timeouts_total);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
 		} else
 			lockreq_answer_db_error(req, r);
@@ -831,11 +828,17 @@ lockq_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct lock_req *req = arg;
 
-	STAT_INC(timeouts_total);
 	lockq_dequeue(req);
 	lockreq_answer_status(req, LOCK_TIMEOUT);
 	if (!req->in_flight)
 		lockreq_free(req);
+}
+
+/* CANCEL: a queued waiter's wait ends now, as if its WAIT ran out. */
+void
+lockq_cancel(struct lock_req *req)
+{
+	lockq_deadline_cb(-1, 0, req);
 }
 
 void

@@ -137,6 +137,12 @@ lockreq_answer_status(struct lock_req *req, enum lock_status st)
 {
 	struct lock_result res = { .status = st };
 
+	/* Every TIMEOUT of a request is answered here, and counted. */
+	if (st == LOCK_TIMEOUT && req->cancelled) {
+		res.status = LOCK_CANCELLED;
+		STAT_INC(cancels_total);
+	} else if (st == LOCK_TIMEOUT)
+		STAT_INC(timeouts_total);
 	lockreq_answer(req, &res);
 }
 

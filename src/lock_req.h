@@ -50,6 +50,7 @@ struct lock_req {
 	bool own_token; /* the broker made it: nobody else knows it */
 	unsigned tries; /* attempts sent, for an ACQUIRE */
 	bool unsure;	/* an attempt got no answer: it may have been granted */
+	bool cancelled; /* CANCEL: a TIMEOUT is answered CANCELLED */
 	bool granted;
 	bool replicating;   /* granted in Redis; WAITing for the replicas */
 	bool marked_writer; /* a try marked it a writer readers wait for */

@@ -19,6 +19,7 @@
 	X(late_grants_total, COUNTER,                                          \
 	    "grants that came after their lease ended, given back")            \
 	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")                \
+	X(cancels_total, COUNTER, "waits ended by CANCEL")                     \
 	X(fills_done_total, COUNTER, "FILL waiters answered DONE")             \
 	X(revokes_total, COUNTER, "holders removed by REVOKE here")            \
 	X(releases_total, COUNTER, "locks released in Redis")                  \

@@ -185,7 +185,7 @@ class Auth(BrokerTest):
     def test_noauth_then_auth(self):
         a = self.client()
         self.assertEqual(a.cmd("PING"), "PONG")
-        self.assertEqual(len(a.until_end("HELP")), 14)
+        self.assertEqual(len(a.until_end("HELP")), 15)
         for line in ("ACQUIRE x", "STATUS x", "LOCKS", "INFO"):
             self.assertEqual(a.cmd(line), "ERR NOAUTH AUTH first")
         self.assertEqual(a.cmd("AUTH s3cret-of-some-length"), "OK")

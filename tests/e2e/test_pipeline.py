@@ -37,7 +37,7 @@ class Pipeline(BrokerTest):
             out.append(a.line())
             if out[-1] == "END":
                 break
-        self.assertEqual(len(out), 15)  # 14 commands and END
+        self.assertEqual(len(out), 16)  # 15 commands and END
         while True:
             l = a.line()
             if l == "END":

@@ -100,6 +100,67 @@ class Waiting(BrokerTest):
         self.assertRegex(c.line(), r"^OK ")
         self.assertEqual(self.redis("EXISTS", "lockbroker:{w}"), 1)
 
+    def test_cancel_ends_a_wait_and_keeps_the_connection(self):
+        """CANCEL ends the wait in progress (CANCELLED, then its own OK);
+        the connection's other locks stay, its place in the queue goes
+        (the next waiter is granted at the release), and the connection
+        goes on serving."""
+        a, b, c = self.client(), self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE cw"), r"^OK ")
+        self.assertRegex(b.cmd("ACQUIRE other"), r"^OK ")
+        b.send("ACQUIRE cw WAIT 30000")
+        wait_for(lambda: waiters(self.broker) == 1)
+        c.send("ACQUIRE cw WAIT 30000")
+        wait_for(lambda: waiters(self.broker) == 2)
+        t0 = time.monotonic()
+        b.send("CANCEL")
+        self.assertEqual(b.line(), "CANCELLED")
+        self.assertEqual(b.line(), "OK")
+        self.assertLess(time.monotonic() - t0, 0.2 * LATE)
+        self.assertEqual(waiters(self.broker), 1)
+        self.assertEqual([l.split()[1] for l in b.until_end("LOCKS")
+                          if l.startswith("LOCK ")], ["other"])
+        self.assertEqual(a.cmd("RELEASE cw"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+        # Nothing in flight: CANCEL is answered OK and changes nothing.
+        self.assertEqual(b.cmd("CANCEL"), "OK")
+        self.assertEqual(self.broker.info()["cancels_total"], "1")
+        self.assertEqual(b.cmd("RELEASE other"), "OK")
+
+    def test_cancel_in_the_same_write_and_behind_other_requests(self):
+        """ACQUIRE and CANCEL in one write: the wait is cancelled. A
+        CANCEL pipelined behind another request is an ordinary request
+        in its turn: it cancels nothing."""
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE cs"), r"^OK ")
+        b.send("ACQUIRE cs WAIT 30000\r\nCANCEL\r\n")
+        self.assertEqual(b.line(), "CANCELLED")
+        self.assertEqual(b.line(), "OK")
+        b.send("ACQUIRE cs WAIT 700\nPING\nCANCEL")
+        self.assertEqual(b.line(), "TIMEOUT")
+        self.assertEqual(b.line(), "PONG")
+        self.assertEqual(b.line(), "OK")
+        self.assertEqual(a.cmd("RELEASE cs"), "OK")
+
+    def test_cancel_of_a_waiter_on_a_busy_broker_queue(self):
+        """A cancelled waiter on another broker than the holder's gives
+        up its ticket: the name goes to the next waiter, not to nobody
+        for a hand-over lease."""
+        other = self.start_broker(self.conf, name="other")
+        a, b, c = self.client(), self.client(other), self.client()
+        self.assertRegex(a.cmd("ACQUIRE cq"), r"^OK ")
+        b.send("ACQUIRE cq WAIT 30000")
+        wait_for(lambda: waiters(other) == 1)
+        time.sleep(0.3)     # its try has queued its ticket in Redis
+        c.send("ACQUIRE cq WAIT 30000")
+        wait_for(lambda: waiters(self.broker) == 1)
+        self.assertEqual(b.cmd("CANCEL"), "CANCELLED")
+        self.assertEqual(b.line(), "OK")
+        t0 = time.monotonic()
+        self.assertEqual(a.cmd("RELEASE cq"), "OK")
+        self.assertRegex(c.line(), r"^OK ")
+        self.assertLess(time.monotonic() - t0, 0.5 * LATE)
+
     def test_local_handoff_is_immediate(self):
         a, b = self.client(), self.client()
         self.assertRegex(a.cmd("ACQUIRE h"), r"^OK ")

@@ -22,6 +22,7 @@
 #include "lock.h"
 #include "lock_name.h"
 #include "log.h"
+#include "stats.h"
 #include "util.h"
 
 #define NOWNERS 5
@@ -73,8 +74,13 @@ told_take(void)
 static void
 result_text(char *s, size_t len, const struct lock_result *res)
 {
-	static const char *const st[] = { "OK", "TIMEOUT", "DONE", "FREE",
-		"HELD", "ERR" };
+	static const char *const st[] = { [LOCK_OK] = "OK",
+		[LOCK_TIMEOUT] = "TIMEOUT",
+		[LOCK_CANCELLED] = "CANCELLED",
+		[LOCK_DONE] = "DONE",
+		[LOCK_FREE] = "FREE",
+		[LOCK_HELD] = "HELD",
+		[LOCK_ERR] = "ERR" };
 	size_t n;
 
 	n = (size_t)snprintf(s, len, "%s", st[res->status]);
@@ -1264,6 +1270,70 @@ START_TEST(test_owner_gone_other_request)
 	lock_owner_gone(O(1), false);
 	fake_reply(expect(FAKE_STATUS, "a"), LDB_NO);
 	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
+/* -- CANCEL: a wait ends, nothing else of the owner changes -- */
+
+START_TEST(test_cancel_waiting)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+
+	hold(1, "b", &a, 1);
+	waits(2, "a", &a);
+	ck_assert(lock_owner_cancel(O(2)));
+	ck_assert_str_eq(told_take(), "2 CANCELLED");
+	c = expect(FAKE_CANCEL, "a"); /* its place, given up */
+	fake_reply(c, LDB_OK);
+	ck_assert(!lock_owner_cancel(O(2))); /* nothing pending now */
+	ck_assert_ptr_nonnull(hold_of(1, "b"));
+	ck_assert_uint_eq(stats[STAT_cancels_total], 1);
+	ck_assert_uint_eq(stats[STAT_timeouts_total], 0);
+	run_ms(20000);
+	ck_assert_ptr_null(fake_find(FAKE_ACQUIRE, "a")); /* it asks no more */
+}
+END_TEST
+
+/* On its first try, still in Redis: answered at once; a grant that try
+ * gets is given back, its place in the queue too. */
+static const enum lockdb_status cancel_tries[] = { LDB_NO, LDB_OK };
+
+START_TEST(test_cancel_first_try)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct fake_call *c;
+
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	ck_assert(lock_owner_cancel(O(1)));
+	ck_assert_str_eq(told_take(), "1 CANCELLED");
+	ck_assert(!lock_owner_cancel(O(1))); /* once */
+	if (cancel_tries[_i] == LDB_NO) {
+		fake_refuse(c, 100, 1);
+		fake_reply(expect(FAKE_CANCEL, "a"), LDB_OK);
+	} else {
+		fake_grant(c, 5); /* given back, its place too */
+		fake_reply(expect(FAKE_CANCEL, "a"), LDB_OK);
+		fake_reply(expect(FAKE_RELEASE, "a"), LDB_OK);
+	}
+	ck_assert_str_eq(told_take(), "");
+	ck_assert_ptr_null(hold_of(1, "a"));
+	run_ms(20000);
+	ck_assert_ptr_null(fake_find(FAKE_ACQUIRE, "a"));
+}
+END_TEST
+
+/* A try-once is no wait: CANCEL leaves it to its answer. */
+START_TEST(test_cancel_try_once)
+{
+	struct lock_acquire_args a = args(0, 0);
+
+	ck_assert(!lock_owner_cancel(O(1))); /* nothing pending */
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	ck_assert(!lock_owner_cancel(O(1)));
+	fake_refuse(expect(FAKE_ACQUIRE, "a"), 100, 0);
+	ck_assert_str_eq(told_take(), "1 TIMEOUT");
 }
 END_TEST
 
@@ -3088,6 +3158,9 @@ engine_suite(void)
 	tcase_add_loop_test(tc, test_owner_gone_kicks_waiter, 0, 2);
 	tcase_add_test(tc, test_owner_gone_waiting);
 	tcase_add_test(tc, test_owner_gone_other_request);
+	tcase_add_test(tc, test_cancel_waiting);
+	tcase_add_loop_test(tc, test_cancel_first_try, 0, 2);
+	tcase_add_test(tc, test_cancel_try_once);
 	tcase_add_test(tc, test_eof_first_try);
 	tcase_add_test(tc, test_eof_already_waiting);
 	LOOP(test_eof_while_confirming, confirms);
