@@ -90,6 +90,9 @@ def parse_args(argv):
                    help="put each kind named N times (not once) into "
                         "every round of faults, e.g. lagging_failover=3 "
                         "for a run that must see many failovers")
+    p.add_argument("--brokers", type=int, default=2,
+                   help="how many brokers (at least 2; b1 runs under "
+                   "libfaketime)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory (journals, logs)")
@@ -104,6 +107,8 @@ def parse_args(argv):
                         "run.json: the --json the run wrote (its faults, "
                         "times and readings)")
     a = p.parse_args(argv)
+    if a.brokers < 2:
+        p.error("--brokers: at least 2")
     if a.seed is None:
         a.seed = int(time.time() * 1000) % 1000000
     return a
@@ -178,7 +183,8 @@ def run(args, variant, seed=None, stop_when_caught=False):
     seed = args.seed if seed is None else seed
     t0 = time.monotonic()
     topo = Topology(args.lockbrokerd, variant, seed,
-                    sentinel=getattr(args, "sentinel", False))
+                    sentinel=getattr(args, "sentinel", False),
+                    brokers=getattr(args, "brokers", 2))
     procs = []
     try:
         if variant != "none" and not topo.variant_active():

@@ -161,9 +161,13 @@ class ChaosBroker(lbtest.Broker):
 class Topology:
     """Everything the run needs, started in order and torn down in full."""
 
-    def __init__(self, binary, variant="none", seed=0, sentinel=False):
+    def __init__(self, binary, variant="none", seed=0, sentinel=False,
+                 brokers=2):
         """sentinel: a master and a replica watched by three Sentinels,
-        which the brokers ask for the master (redis.sentinels)."""
+        which the brokers ask for the master (redis.sentinels); brokers:
+        how many (b1 runs under libfaketime, the others on the real
+        clock)."""
+        self.nbrokers = brokers
         self.tmpdir = tempfile.mkdtemp(prefix="lbchaos-")
         self.variant = variant
         self.sentinel = sentinel
@@ -193,7 +197,7 @@ class Topology:
     def _start(self, binary, seed):
         """Redis, then the proxies, the brokers and the resource."""
         self.set_clock("+0")
-        redis_conf = [{} for _ in range(2)]
+        redis_conf = [{} for _ in range(self.nbrokers)]
         if self.sentinel:
             self._start_sentinel(seed)
             redis_conf = [{"sentinels": ["127.0.0.1:%d" % r.port
@@ -205,17 +209,18 @@ class Topology:
                                        clock=self.redis_clock)
             self._redis.own_port = False     # a restart keeps the port
             self.proxies = [Proxy(self._redis.port, seed + i,
-                                  "proxy-b%d" % i) for i in range(2)]
+                                  "proxy-b%d" % i)
+                            for i in range(self.nbrokers)]
         base = {"LOCKBROKER_CHAOS_FAULT": self.variant}
         # DONT_FAKE_MONOTONIC: libfaketime moves CLOCK_MONOTONIC with the
         # wall clock otherwise, which no real clock jump does.
         faked = dict(base, LD_PRELOAD=FAKETIME_LIB, FAKETIME_NO_CACHE="1",
                      FAKETIME_TIMESTAMP_FILE=self.clock_file,
                      DONT_FAKE_MONOTONIC="1")
-        for i, env in enumerate((base, faked)):
+        for i in range(self.nbrokers):
             self.brokers.append(ChaosBroker(
-                self.tmpdir, self.proxies[i].port, binary, env, "b%d" % i,
-                redis_conf[i]))
+                self.tmpdir, self.proxies[i].port, binary,
+                faked if i == 1 else base, "b%d" % i, redis_conf[i]))
         self.resource = FencedResource()
 
     # The Sentinel topology. Node k listens on its own port, and everyone
@@ -246,11 +251,12 @@ class Topology:
         self.proxies = [ProxyGroup([Proxy(p, seed + 2 * i + k,
                                           "proxy-b%d-n%d" % (i, k))
                                     for k, p in enumerate(ports)])
-                        for i in range(2)]
+                        for i in range(self.nbrokers)]
         self.relays = [[SentinelRelay(
             sp, {self.links[k].port: self.proxies[i].members[k].port
                  for k in range(2)}, seed, "sentinel-relay-b%d-%d" % (i, j))
-            for j, (sp, _) in enumerate(self.sentinels)] for i in range(2)]
+            for j, (sp, _) in enumerate(self.sentinels)]
+            for i in range(self.nbrokers)]
 
     def _node_args(self, k, master=None):
         """redis-server arguments of node k, a replica of node master
