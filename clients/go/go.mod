@@ -1,0 +1,3 @@
+module lockbroker.example/lockbroker
+
+go 1.19
