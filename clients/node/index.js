@@ -2,18 +2,14 @@
 // lockbroker: a client for lockbrokerd (docs/protocol.md), on Node's
 // standard library only. See README.md.
 const { Client, createClient, Lease, parseAddr } = require('./lib/client');
-const errors = require('./lib/errors');
+const {
+  LockError, BusyError, UnavailableError, LostError, NotHeldError, AuthError,
+  ProtocolError, CancelledError, AbortError, TimeoutError,
+} = require('./lib/errors');
 
+// Listed by name, so that ESM's `import { Client } from 'lockbroker'` sees them.
 module.exports = {
   Client, createClient, Lease, parseAddr,
-  LockError: errors.LockError,
-  BusyError: errors.BusyError,
-  UnavailableError: errors.UnavailableError,
-  LostError: errors.LostError,
-  NotHeldError: errors.NotHeldError,
-  AuthError: errors.AuthError,
-  ProtocolError: errors.ProtocolError,
-  CancelledError: errors.CancelledError,
-  AbortError: errors.AbortError,
-  TimeoutError: errors.TimeoutError,
+  LockError, BusyError, UnavailableError, LostError, NotHeldError, AuthError,
+  ProtocolError, CancelledError, AbortError, TimeoutError,
 };

@@ -29,9 +29,11 @@ const DRIFT = 0.01;
 // A connection with no lock and nothing in flight this long is closed
 // (one is kept), so a burst of waits does not leave its connections open.
 const IDLE_MS = 10000;
-// Retries of an ACQUIRE whose connection broke before its reply, with its
-// own TOKEN so that a grant made unseen is granted again, not twice.
-const BREAK_RETRIES = 2;
+// Retries of an ACQUIRE whose connection broke before its reply (a broker
+// restarting, say), with its own TOKEN so that a grant made unseen is
+// granted again, not twice; after 0.1, 0.2, 0.4, 0.8 s, and no later than
+// the request's wait and timeout allow.
+const BREAK_RETRIES = 4;
 
 // docs/clients.md: 'HOST:PORT', '[V6]:PORT', 'HOST', or a socket '/PATH'.
 function parseAddr(addr) {
@@ -69,6 +71,15 @@ function checkToken(token) {
 function checkInt(value, what) {
   if (!Number.isSafeInteger(value) || value < 0) throw new TypeError(`${what} must be a non-negative integer`);
   return value;
+}
+
+// 128 random bits, as the broker's own tokens; drawn 256 at a time.
+let randomPool = Buffer.alloc(0);
+function newToken() {
+  if (randomPool.length < 16) randomPool = crypto.randomBytes(16 * 256);
+  const token = randomPool.toString('hex', 0, 16);
+  randomPool = randomPool.subarray(16);
+  return token;
 }
 
 function cancelled(signal) {
@@ -352,10 +363,11 @@ class Client {
           this._doubt(name, o, err);
           throw cancelled(signal);
         }
+        const pause = 100 * 2 ** breaks;
         if (err instanceof E.UnavailableError && (err.disconnected || err.code === 'SHUTDOWN') &&
-            breaks < BREAK_RETRIES && performance.now() < end && !this.closed) {
+            breaks < BREAK_RETRIES && performance.now() + pause < end + o.timeout && !this.closed) {
           breaks += 1;
-          await this._pause(100 * breaks, signal);
+          await this._pause(pause, signal);
           continue;
         }
         // Redis trouble ends a try-once, not a wait: the broker keeps trying.
@@ -390,7 +402,7 @@ class Client {
     const o = {
       wait, timeout,
       // Always a token of our own, so a retry is granted again, never twice.
-      token: token === undefined ? crypto.randomBytes(16).toString('hex') : checkToken(token),
+      token: token === undefined ? newToken() : checkToken(token),
       ownToken: token === undefined,
       kind: ttl === undefined ? 'session' : keep ? 'keep' : 'fixed',
       mode: verb === 'FILL' ? 'fill' : shared ? 'shared' : limit !== undefined ? 'limit' : 'exclusive',

@@ -24,6 +24,7 @@ class Conn {
     this.reserved = new Set(); // names with an ACQUIRE or FILL in flight here
     this.blocked = false; // a waiting ACQUIRE/FILL is in flight: only CANCEL may follow it
     this.closed = false;
+    this.corked = false;
     this.idleSince = Date.now();
     this.chunks = []; // the line being received, not yet ended
     this.chunkBytes = 0;
@@ -61,6 +62,12 @@ class Conn {
     this.pending.push(req);
     if (opts.blocking) this.blocked = true;
     this.rearm(req, opts.timeout);
+    // The requests of one tick leave in one write (one system call).
+    if (!this.corked) {
+      this.corked = true;
+      this.sock.cork();
+      process.nextTick(() => { this.corked = false; this.sock.uncork(); });
+    }
     this.sock.write(`${line}\n`);
     return req;
   }
