@@ -493,11 +493,12 @@ class AsyncClient:
 
     # -- acquiring ---------------------------------------------------------
 
-    def lock(self, name, wait=None, ttl=None, shared=False, limit=None,
+    def lock(self, name, wait=5.0, ttl=None, shared=False, limit=None,
              keep=False, token=None):
         """`async with client.lock(...) as lease:` or `lease = await
         client.lock(...)`. wait: seconds (0 tries once; None waits as the
-        broker's locks.default_wait_ms says, by default until granted);
+        broker's locks.default_wait_ms says, by default until granted, and
+        then no client timeout applies);
         ttl: seconds of a fixed lease (None: a session lock, renewed while
         connected); keep: the lock outlives its connection (needs ttl);
         token: your own (else one is made); shared / limit=n: the mode.
@@ -507,7 +508,7 @@ class AsyncClient:
         return LockRequest(self, "ACQUIRE", name, wait, ttl, keep, token,
                            mode)
 
-    def fill(self, name, wait=None, ttl=None, token=None):
+    def fill(self, name, wait=5.0, ttl=None, token=None):
         """Single-flight: the lease when this caller should do the work,
         None when another caller did it meanwhile (DONE)."""
         return LockRequest(self, "FILL", name, wait, ttl, False, token, "fill")
@@ -691,7 +692,12 @@ class AsyncClient:
         for c in list(self._conns):
             if c.waiting or c.error is not None:
                 continue
-            for line in await self._short("LOCKS", prefer=c, multi=True):
+            c.users += 1  # c itself, never another in its place
+            try:
+                lines = await c.call("LOCKS", self.timeout, multi=True)
+            finally:
+                self._give(c)
+            for line in lines:
                 w = line.split(" ")
                 if len(w) not in (5, 6) or w[0] != "LOCK":
                     raise ProtocolError("unexpected LOCKS line: %r"

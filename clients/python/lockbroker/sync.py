@@ -116,7 +116,7 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def lock(self, name, wait=None, ttl=None, shared=False, limit=None,
+    def lock(self, name, wait=5.0, ttl=None, shared=False, limit=None,
              keep=False, token=None):
         """`with client.lock(...) as lease:`; arguments as AsyncClient.lock.
         Busy when not granted in time."""
@@ -125,7 +125,7 @@ class Client:
         return LockRequest(self, self._aio._acquire, (
             "ACQUIRE", name, wait, ttl, keep, token, mode))
 
-    def fill(self, name, wait=None, ttl=None, token=None):
+    def fill(self, name, wait=5.0, ttl=None, token=None):
         """Single-flight: the lease (do the work), or None (DONE: done)."""
         return LockRequest(self, self._aio._acquire, (
             "FILL", name, wait, ttl, False, token, "fill"))

@@ -2,7 +2,6 @@
 cancel, run_locked, the with-block's Lost, addresses, the pool's limits."""
 
 import asyncio
-import os
 import threading
 import time
 
