@@ -419,8 +419,9 @@ class AsyncClient:
     # -- the pool ----------------------------------------------------------
 
     def _choose(self, name):
-        """An idle connection that can take the request, else None to open
-        one if the pool may grow, else the least busy (None: none fits)."""
+        """An idle connection that can take the request; else None (open
+        one) while the pool may grow; else the least busy one, or False
+        when none can take it (wait for one to come free)."""
         best = None
         for c in self._conns:
             if c.waiting or (name is not None and (
