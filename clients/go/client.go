@@ -129,10 +129,10 @@ func parseAddr(a string) (network, addr string, err error) {
 
 // dial opens and authenticates one connection (not yet in the pool).
 func (cl *Client) dial(ctx context.Context, first bool) (*conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, cl.timeout)
+	dctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, cl.network, cl.addr)
+	nc, err := d.DialContext(dctx, cl.network, cl.addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -305,7 +305,10 @@ func (cl *Client) alive() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cl.timeout)
 	defer cancel()
 	lines, err := cl.line(ctx, "PING", false, false)
-	if err == nil && lines[0] != "PONG" {
+	switch {
+	case ctx.Err() != nil: // a dial and its AUTH took all that: no answer
+		return fmt.Errorf("%w: no PONG within %v", ErrTimeout, 2*cl.timeout)
+	case err == nil && lines[0] != "PONG":
 		err = replyError(lines[0])
 	}
 	return err

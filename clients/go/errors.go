@@ -89,8 +89,8 @@ func (e *LostError) Is(target error) bool { return target == ErrLost || target =
 // for this package's callers, ctx.Err() for the context's.
 type cancelError struct{ cause error }
 
-func (e *cancelError) Error() string       { return "lockbroker: wait cancelled: " + e.cause.Error() }
-func (e *cancelError) Unwrap() error       { return e.cause }
+func (e *cancelError) Error() string        { return "lockbroker: wait cancelled: " + e.cause.Error() }
+func (e *cancelError) Unwrap() error        { return e.cause }
 func (e *cancelError) Is(target error) bool { return target == ErrCancelled }
 
 // brokenError is a connection that failed under a request: the request's

@@ -561,4 +561,6 @@ func manyAtOnce(t *testing.T, e *testEnv) {
 	wg.Wait()
 }
 
-func itoa(i int) string { return string(rune('a'+i/26/26%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i%26)) }
+func itoa(i int) string {
+	return string(rune('a'+i/26/26%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i%26))
+}
