@@ -20,11 +20,21 @@ not counted).
     bench/fleet.py [--brokers 1,10,100] [-d SECONDS] [--trust-ms MS]
                    [--event-brokers N] [--baseline OLD-LOCKBROKERD]
     bench/fleet.py --load 1,8,32 [-d SECONDS] [--baseline ...]
+    bench/fleet.py --restart 1000 [--tcp-backlog N] [--baseline ...]
+    bench/fleet.py --write [--brokers 1,100,300,1000] [-d SECONDS] ...
 
 --load instead runs lockbench's uncontended load (200 clients) and its
 contended one (32 clients on one name, 1 ms holds) spread over N brokers,
 and straight to Redis, and prints per operation Redis's CPU, its commands
 (those its scripts ran included) and its script calls.
+
+--restart instead kills Redis (-9) under N brokers, every tenth holding a
+lock, starts it again on its append-only file, and reads how soon the
+brokers' connections were back and each broker granted again, and whether
+every hold was kept or its holder told (--tcp-backlog sets Redis's).
+
+--write runs all of it (--load 1,8,32,100,300 and --restart 1000 unless
+given) and puts the tables between the markers in docs/performance.md.
 
 Needs a build: meson compile -C build (lockbrokerd)."""
 
@@ -35,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,8 +93,9 @@ def idle(binary, n, seconds, trust_ms):
         writes = (field(i1, "rdb_changes_since_last_save") -
                   field(i0, "rdb_changes_since_last_save")) / seconds
         conns = int(field(i1, "connected_clients")) - 1
+        mem = field(i1, "used_memory") / 1e6
         resp.close()
-        return cpu * 1000 / seconds, calls, writes, conns
+        return cpu * 1000 / seconds, calls, writes, conns, mem
     finally:
         for b in brokers:
             b.stop()
@@ -144,6 +156,96 @@ def events(binary, n, trust_ms):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sample_clients(port, t0, out, stop):
+    """(s since t0, Redis's clients less ours) every 20 ms until stop."""
+    while not stop.is_set():
+        try:
+            r = lbtest.Resp(port)
+            info = r("INFO", "clients")
+            r.close()
+            out.append((time.monotonic() - t0, int(info.split(
+                "connected_clients:")[1].split("\r")[0]) - 1))
+        except (OSError, ValueError, AssertionError, IndexError):
+            pass
+        time.sleep(0.02)
+
+
+def restart(binary, n, trust_ms, backlog):
+    """A Redis restart (kill -9, then started again on its append-only
+    file, with tcp-backlog backlog) under n brokers, every tenth of them
+    holding a lock: when the brokers were connected again (Redis's
+    connected_clients, read every 20 ms: how many by 0.1, 0.5, 1 and 2 s,
+    and when all), when each granted again (a try-once on each broker,
+    every 50 ms), the grace period they waited, and whether every hold was
+    kept or its holder told."""
+    tmp = tempfile.mkdtemp(prefix="lbfleet-")
+    redis = lbtest.Redis(tmp, extra=["--maxclients", "20000", "--appendonly",
+                                     "yes", "--appendfsync", "always",
+                                     "--tcp-backlog", str(backlog)])
+    redis.own_port = False               # a restart keeps the port
+    brokers, clients = [], []
+    try:
+        brokers = start(tmp, redis.port, n, trust_ms, binary)
+        clients = [b.client() for b in brokers]
+        holders = clients[::10]
+        for i, c in enumerate(holders):
+            assert c.cmd("ACQUIRE held-%d TTL 600000" % i).startswith("OK ")
+        time.sleep(2 * trust_ms / 1000.0)
+        redis.kill()
+        t0 = time.monotonic()
+        redis.start()
+        t_up = time.monotonic() - t0
+        conns, served, stop = [], {}, threading.Event()
+        sampler = threading.Thread(target=sample_clients,
+                                   args=(redis.port, t0, conns, stop))
+        sampler.start()
+        pending = list(range(n))
+        while pending and time.monotonic() - t0 < 30 + 3 * trust_ms / 1e3:
+            for i in pending:
+                clients[i].send("ACQUIRE probe-%d WAIT 0" % i)
+            for i in list(pending):
+                reply = clients[i].line()
+                while reply.startswith("EVENT "):
+                    clients[i].events = getattr(clients[i], "events", [])
+                    clients[i].events.append(reply)
+                    reply = clients[i].line()
+                if reply.startswith("OK "):
+                    served[i] = time.monotonic() - t0
+                    pending.remove(i)
+                    assert clients[i].cmd("RELEASE probe-%d" % i) == "OK"
+            time.sleep(0.05)
+        stop.set()
+        sampler.join()
+        kept = told = 0
+        for i, c in enumerate(holders):
+            lines = c.until_end("LOCKS")
+            if any(l.startswith("LOCK held-%d " % i) for l in lines):
+                kept += 1
+            elif any("LOST held-%d " % i in e
+                     for e in getattr(c, "events", []) + lines):
+                told += 1
+        grace = [l for l in open(brokers[0].log, errors="replace")
+                 if "no grant for" in l]
+        full = next((t for t, k in conns if k >= 2 * n), None)
+        by = {"by_%gs" % s: max([k for t, k in conns if t <= s] or [0])
+              for s in (0.1, 0.5, 1, 2)}
+        return dict(by, brokers=n, tcp_backlog=backlog, redis_up_s=t_up,
+                    connections=2 * n, all_connected_s=full,
+                    first_served_s=min(served.values()) if served else None,
+                    all_served_s=max(served.values()) if len(served) == n
+                    else None, not_served=len(pending),
+                    grace_logged=grace[-1].split("redis: ")[-1].strip()
+                    if grace else None,
+                    holds=len(holders), kept=kept, told=told)
+    finally:
+        for c in clients:
+            c.close()
+        for b in brokers:
+            b.stop()
+        redis.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 LOCKBENCH = os.path.join(ROOT, "build", "bench", "lockbench")
 
 
@@ -189,22 +291,104 @@ def load(binary, n, scenario, conns, seconds, trust_ms):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+OUT = []
+
+
+def out(line=""):
+    """A line of the report: printed now, and kept for --write."""
+    print(line)
+    sys.stdout.flush()
+    OUT.append(line)
+
+
+def idles(builds, ns, seconds, trust_ms):
+    """Redis's cost of n idle brokers, per build."""
+    out("Idle brokers (redis.trust_ms %d; %g s each):" % (trust_ms, seconds))
+    out()
+    out("| build | brokers | Redis CPU ms/s | per broker µs/s (less Redis "
+        "alone) | commands/s | writes/s | connections | Redis memory MB |")
+    out("|---|---|---|---|---|---|---|---|")
+    alone = idle(builds[0][1], 0, seconds, trust_ms)
+    out("| (Redis alone) | 0 | %.2f | | | | | %.1f |" % (alone[0], alone[4]))
+    for n in ns:
+        for name, binary in builds:
+            cpu, calls, writes, conns, mem = idle(binary, n, seconds,
+                                                  trust_ms)
+            out("| %s | %d | %.2f | %.1f | %.1f | %.1f | %d | %.1f |" % (
+                name, n, cpu, (cpu - alone[0]) * 1000 / n, calls, writes,
+                conns, mem))
+
+
+def deliveries_table(builds, n, trust_ms):
+    """Deliveries per event kind on n brokers, per build."""
+    out("Deliveries per event, %d brokers:" % n)
+    out()
+    rows = {name: events(binary, n, trust_ms) for name, binary in builds}
+    out("| event | " + " | ".join(b for b, _ in builds) + " |")
+    out("|---|" + "---|" * len(builds))
+    for kind in rows["this"]:
+        out("| %s | %s |" % (kind, " | ".join(
+            str(rows[b][kind]) for b, _ in builds)))
+
+
 def loads(builds, ns, seconds, trust_ms):
     """The issue's two loads over n brokers: 200 clients cycling
     uncontended, and 32 clients on one name (contended, 1 ms holds)."""
-    print("| load | build | brokers | ops/s | Redis µs/op | commands/op | "
-          "scripts/op |")
-    print("|---|---|---|---|---|---|---|")
+    out("The same load spread over N brokers (%g s each):" % seconds)
+    out()
+    out("| load | build | brokers | ops/s | Redis µs/op | commands/op | "
+        "scripts/op |")
+    out("|---|---|---|---|---|---|---|")
     for scenario, conns in (("uncontended", 200), ("contended", 32)):
         r = load(None, 0, scenario, conns, seconds, trust_ms)
-        print("| %s %d | direct Redis | 0 | %.0f | %.1f | %.2f | %.2f |" % (
+        out("| %s %d | direct Redis | 0 | %.0f | %.1f | %.2f | %.2f |" % (
             (scenario, conns) + r))
         for n in ns:
             for name, binary in builds:
                 r = load(binary, n, scenario, conns, seconds, trust_ms)
-                print("| %s %d | %s | %d | %.0f | %.1f | %.2f | %.2f |" % (
+                out("| %s %d | %s | %d | %.0f | %.1f | %.2f | %.2f |" % (
                     (scenario, conns, name, n) + r))
-                sys.stdout.flush()
+
+
+def restarts(builds, ns, trust_ms, backlog):
+    """A Redis restart under n brokers, per build."""
+    out("A Redis restart (kill -9, restarted on its append-only file; "
+        "tcp-backlog %d):" % backlog)
+    out()
+    out("| build | brokers | connections back by 0.5 s / 1 s / 2 s | all "
+        "back | grace period | first grant | last broker's first grant | "
+        "holds kept / told / of |")
+    out("|---|---|---|---|---|---|---|---|")
+    for n in ns:
+        for name, binary in builds:
+            r = restart(binary, n, trust_ms, backlog)
+            print(json.dumps(dict(r, build=name)))
+            f = lambda v: "%.2f s" % v if v is not None else "never"
+            g = r["grace_logged"] and r["grace_logged"].split(
+                "no grant for ")[1].split(" ms")[0]
+            out("| %s | %d | %d / %d / %d of %d | %s | %s ms | %s | %s | "
+                "%d / %d / %d |" % (
+                    name, n, r["by_0.5s"], r["by_1s"], r["by_2s"],
+                    r["connections"], f(r["all_connected_s"]), g,
+                    f(r["first_served_s"]), f(r["all_served_s"]),
+                    r["kept"], r["told"], r["holds"]))
+
+
+BEGIN = "<!-- bench/fleet.py --write: begin -->"
+END = "<!-- bench/fleet.py --write: end -->"
+
+
+def write(path):
+    """Put the report between path's markers."""
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        sys.exit("fleet: %s has no %s ... %s" % (path, BEGIN, END))
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + "\n".join(OUT).strip("\n") + "\n" +
+                END + tail)
 
 
 def main():
@@ -217,6 +401,15 @@ def main():
     ap.add_argument("--load", metavar="N1,N2", help="instead: lockbench's "
                     "uncontended (200 clients) and contended (32) loads "
                     "over N brokers, and straight to Redis")
+    ap.add_argument("--restart", metavar="N1,N2", help="instead: a Redis "
+                    "restart under N brokers, and how long until each "
+                    "grants again")
+    ap.add_argument("--tcp-backlog", type=int, default=511,
+                    help="--restart: Redis's tcp-backlog (its default 511)")
+    ap.add_argument("--write", action="store_true",
+                    help="all of it (--brokers, events, --load, default "
+                    "1,8,32,100,300, and --restart, default 1000), and "
+                    "into docs/performance.md")
     a = ap.parse_args()
     if a.event_brokers < 3:
         ap.error("--event-brokers: at least 3 (a holder's, another's, "
@@ -225,32 +418,29 @@ def main():
     builds = [("this", os.path.join(ROOT, "build", "src", "lockbrokerd"))]
     if a.baseline:
         builds.append(("baseline", a.baseline))
-    if a.load:
-        loads(builds, [int(x) for x in a.load.split(",")], a.d, a.trust_ms)
-        return
-    print("redis.trust_ms %d; idle phases of %g s" % (a.trust_ms, a.d))
-    print("| build | brokers | Redis CPU ms/s | per broker µs/s (less "
-          "Redis alone) | "
-          "commands/s | writes/s | connections |")
-    print("|---|---|---|---|---|---|---|")
-    alone = idle(builds[0][1], 0, a.d, a.trust_ms)[0]
-    print("| (Redis alone) | 0 | %.2f | | | | |" % alone)
-    for n in [int(x) for x in a.brokers.split(",")]:
-        for name, binary in builds:
-            cpu, calls, writes, conns = idle(binary, n, a.d, a.trust_ms)
-            print("| %s | %d | %.2f | %.1f | %.1f | %.1f | %d |" % (
-                name, n, cpu, (cpu - alone) * 1000 / n, calls, writes,
-                conns))
-            sys.stdout.flush()
-    print()
-    print("deliveries per event, %d brokers" % a.event_brokers)
-    rows = {name: events(binary, a.event_brokers, a.trust_ms)
-            for name, binary in builds}
-    print("| event | " + " | ".join(n for n, _ in builds) + " |")
-    print("|---|" + "---|" * len(builds))
-    for kind in rows["this"]:
-        print("| %s | %s |" % (kind, " | ".join(
-            str(rows[n][kind]) for n, _ in builds)))
+    nums = lambda v: [int(x) for x in v.split(",")]
+    if a.write:
+        out("`python3 bench/fleet.py --write --brokers %s -d %g%s` on "
+            "this machine, %s:" % (a.brokers, a.d, " --baseline OLD" if
+                                   a.baseline else "",
+                                   time.strftime("%Y-%m-%d")))
+        out()
+    if a.load or a.write:
+        loads(builds, nums(a.load or "1,8,32,100,300"), a.d, a.trust_ms)
+        if not a.write:
+            return
+        out()
+    if a.restart or a.write:
+        restarts(builds, nums(a.restart or "1000"), a.trust_ms,
+                 a.tcp_backlog)
+        if not a.write:
+            return
+        out()
+    idles(builds, nums(a.brokers), a.d, a.trust_ms)
+    out()
+    deliveries_table(builds, a.event_brokers, a.trust_ms)
+    if a.write:
+        write(os.path.join(ROOT, "docs", "performance.md"))
 
 
 if __name__ == "__main__":

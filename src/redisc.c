@@ -1010,7 +1010,29 @@ redisc_reconnect_cb(evutil_socket_t fd, short what, void *arg)
 	redisc_conn_open(arg);
 }
 
-/* Exponential back-off with jitter, so brokers do not reconnect in step. */
+/*
+ * Exponential back-off with jitter, so brokers do not reconnect in step.
+ * The first try after a connection is lost is spread wider, over up to
+ * REDISC_SPREAD x reconnect_min_ms: a fleet that lost one Redis at once (a
+ * restart) would otherwise come back in one burst that overflows Redis's
+ * listen backlog (1,000 brokers' 2,000 connections within 50 ms; those
+ * dropped wait for TCP to send their SYN again, 1 and 3 s later). At most
+ * a quarter of trust_ms, which the holds must be vouched for within.
+ */
+#define REDISC_SPREAD 5
+
+static uint64_t
+redisc_spread_ms(void)
+{
+	uint64_t ms = (uint64_t)rc.cf->reconnect_min_ms * REDISC_SPREAD;
+
+	if (ms > (uint64_t)rc.cf->trust_ms / 4)
+		ms = (uint64_t)rc.cf->trust_ms / 4;
+	if (ms > (uint64_t)rc.cf->reconnect_max_ms)
+		ms = (uint64_t)rc.cf->reconnect_max_ms;
+	return ms > 0 ? ms : 1;
+}
+
 static void
 redisc_schedule_reconnect(struct redisc_conn *conn)
 {
@@ -1026,7 +1048,10 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 		delay *= 2;
 	if (delay > hi)
 		delay = hi;
-	delay = util_random_range(delay / 2 + 1, delay);
+	if (conn->attempts == 0)
+		delay = util_random_range(1, redisc_spread_ms());
+	else
+		delay = util_random_range(delay / 2 + 1, delay);
 	conn->attempts++;
 	log_info("redis %s: retrying in %llu ms", conn->what,
 	    (unsigned long long)delay);
