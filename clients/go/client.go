@@ -54,10 +54,10 @@ const (
 
 // Client is a pool of connections to one broker.
 type Client struct {
+	heard                 int64 // atomic (first: 64-bit aligned on 32-bit systems): UnixNano of the last line read
 	network, addr, secret string
 	timeout               time.Duration
 	maxConns              int
-	heard                 int64 // atomic: UnixNano of the last line read on any connection
 
 	mu      sync.Mutex
 	conns   []*conn
