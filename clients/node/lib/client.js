@@ -252,6 +252,8 @@ class Client {
     this._hooks = {
       lost: (conn, name, fence, reason) => {
         const lease = conn.leases.get(name);
+        // It may come before the reply to the ACQUIRE in flight (§7).
+        if (lease === undefined && conn.reserved.has(name)) conn.early.set(name, { fence, reason });
         if (lease === undefined || lease.fence !== fence) return; // an older grant's news
         conn.leases.delete(name);
         lease._lost(reason);
@@ -355,6 +357,7 @@ class Client {
     const end = o.wait === undefined || o.wait === Infinity ? Infinity : t0 + o.wait;
     let waiting = false; // false: the try-once; true: the wait itself
     for (let breaks = 0; ;) {
+      if (signal && signal.aborted) throw cancelled(signal);
       let reply;
       try {
         reply = await this._attempt(verb, name, o, waiting, end, signal);
@@ -445,6 +448,8 @@ class Client {
       conn.reserved.delete(name);
       if (signal) signal.removeEventListener('abort', onAbort);
     }
+    const early = conn.early.get(name);
+    conn.early.delete(name);
     if (typeof reply === 'string') {
       if (signal && signal.aborted) throw cancelled(signal);
       if (reply === 'CANCELLED') throw new E.ProtocolError(`${verb}: CANCELLED, but no CANCEL was sent`);
@@ -452,6 +457,8 @@ class Client {
     }
     const lease = new Lease(this, conn, { name, ...reply, token: o.token, kind: o.kind, mode: o.mode, sentAt });
     conn.leases.set(name, lease);
+    if (conn.closed) lease._lost('disconnected'); // closed between the reply and now
+    else if (early && early.fence === lease.fence) this._hooks.lost(conn, name, early.fence, early.reason);
     if (signal && signal.aborted) {
       // Granted before the broker read the CANCEL: not wanted any more.
       await lease.release().catch(() => {});
@@ -473,12 +480,13 @@ class Client {
 
   // A failed ACQUIRE that may have been granted unseen, with a token of
   // ours nobody will use again: give it back. The broker does that itself
-  // for a connection that went away, except for a kept lock.
+  // for a connection that went away, except for a kept lock. (Not after a
+  // TimeoutError: a broker that does not answer would not answer this
+  // either, and its connection would be closed too.)
   _doubt(name, o, err) {
     if (!o.ownToken || this.closed) return;
     const unseen = err.code === 'UNAVAILABLE' && !err.disconnected;
-    const gone = err.disconnected || err instanceof E.TimeoutError;
-    if (unseen || (gone && o.kind === 'keep'))
+    if (unseen || (err.disconnected && o.kind === 'keep'))
       this._quick(`RELEASE ${name} TOKEN ${o.token}`, expect('OK')).catch(() => {});
   }
 
@@ -509,7 +517,7 @@ class Client {
     if (this.closed) throw new E.UnavailableError('client closed', 'CLOSED');
     const room = (c) => kind === 'quick' ||
       (!c.leases.has(name) && !c.reserved.has(name) && c.leases.size + c.reserved.size < this.maxLocks);
-    const fits = (c) => !c.closed && !c.blocked && (kind === 'wait' ? c.depth === 0 : c.depth < MAX_DEPTH) && room(c);
+    const fits = (c) => !c.closed && !c.closing && !c.blocked && (kind === 'wait' ? c.depth === 0 : c.depth < MAX_DEPTH) && room(c);
     let spare;
     for (const c of this.conns) {
       if (!fits(c)) continue;

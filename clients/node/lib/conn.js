@@ -22,8 +22,10 @@ class Conn {
     this.pending = []; // requests sent, oldest first: the next reply is pending[0]'s
     this.leases = new Map(); // name -> Lease held through this connection
     this.reserved = new Set(); // names with an ACQUIRE or FILL in flight here
+    this.early = new Map(); // name -> { fence, reason }: an EVENT LOST before its grant's reply
     this.blocked = false; // a waiting ACQUIRE/FILL is in flight: only CANCEL may follow it
     this.closed = false;
+    this.closing = false; // QUIT sent: nothing more goes behind it
     this.corked = false;
     this.idleSince = Date.now();
     this.chunks = []; // the line being received, not yet ended
@@ -103,6 +105,7 @@ class Conn {
   // once, rather than as for a client that vanished.
   async quit(ms) {
     if (this.closed) return;
+    this.closing = true;
     const done = this.request('QUIT', { parse: expect('OK'), timeout: ms }).catch(() => {});
     await done;
     this.fail(new UnavailableError('client closed', 'CLOSED'));
@@ -149,7 +152,7 @@ class Conn {
     if (req.multi && line !== 'END' && !(err && req.lines.length === 0)) {
       // Every listing line is checked now, so garbage fails at once.
       try { req.lines.push(req.parse(line)); } catch (e) { this.fail(e); }
-      if (req.lines.length > 100000) this.fail(new ProtocolError('listing without END'));
+      if (req.lines.length > 20000) this.fail(new ProtocolError('listing without END'));
       return;
     }
     this.pending.shift();
