@@ -1,36 +1,15 @@
 #!/usr/bin/env python3
-"""A small lockbroker client, standard library only.
-
-    from lockclient import LockClient, LockError
-
-    with LockClient(**parse_addr()) as lb:      # $LOCKBROKER_ADDR, or LockClient(port=7878),
-                                                # or LockClient(path="/run/lockbroker.sock")
-        grant = lb.acquire("reports", wait=5000)
-        if grant is None:
-            ...                                 # TIMEOUT: someone else holds it
-        fence, ttl_ms, token = grant
-        ...                                     # work; send `fence` with every write
-        lb.release("reports")
-
-One connection, one request at a time (the broker answers in request order;
-a waiting ACQUIRE holds up the connection, so use one LockClient per thread
-that waits). A reader thread reads every line; replies go to the request
-that is waiting, and `EVENT LOST <name> <fence> <reason>` lines, which the
-broker sends whenever a lock of this connection is lost, go to the `lost`
-queue and to the `on_lost` callback (called on the reader thread).
-
-Locks without a TTL are session locks: the broker renews them while this
-connection stays open and releases them when it closes.
-
-Run as a program it is a demo with the options and exit codes of every
-lockbroker client (docs/clients.md):
+"""A lockbroker demo on the Python library `lockbroker` (clients/python):
 
     lockclient.py [-s HOST:PORT | -u PATH] [-a SECRET_FILE] [-w WAIT | -n]
                   [-E N] [-q] [--ttl TTL] [NAME]
 
-acquires NAME (default "demo"), prints its fence, and releases it: exit 0;
-64 usage; 69 broker or Redis unavailable; 70 other ERR; 75 lock busy (or
--E's N); 77 AUTH refused or needed.
+acquires NAME (default "demo"), prints its fence and releases it, with the
+options and exit codes of every lockbroker client (docs/clients.md).
+
+Imported, it keeps the API this file used to implement itself (LockClient,
+LockError, Lost, parse_addr, parse_duration), now a thin layer over
+lockbroker.Client, for the scripts and tests written against it.
 """
 
 import argparse
@@ -38,271 +17,115 @@ import collections
 import os
 import queue
 import re
-import socket
 import sys
 import threading
+
+# The library of this checkout if there is one, else an installed one.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
+import lockbroker  # noqa: E402
 
 __all__ = ["LockClient", "LockError", "Lost", "parse_addr", "parse_duration"]
 
 PROG = "lockclient.py"
-
+LockError = lockbroker.LockbrokerError  # .code (ARGS, NOTHELD, ...), .text
 Lost = collections.namedtuple("Lost", "name fence reason")
 
-# Names and tokens go on the wire as single words; refuse anything that
-# could split the line or add another one. The broker checks the rest.
-_WORD = re.compile(rb"[^\x00-\x20\x7f]+\Z")
-_CLOSED = object()
 
-
-class LockError(Exception):
-    """An `ERR <CODE> <text>` reply. `code` is what to match on (ARGS, NAME,
-    HELD, NOTHELD, LIMIT, NOAUTH, AUTH, UNAVAILABLE, SHUTDOWN, INTERNAL,
-    PROTO, UNKNOWN); `text` is for humans."""
-
-    def __init__(self, code, text=""):
-        super().__init__("%s %s" % (code, text) if text else code)
-        self.code = code
-        self.text = text
-
-
-def _word(value, what):
-    if isinstance(value, str):
-        value = value.encode()
-    if not _WORD.match(value):
-        raise ValueError("%s must be one word of printable bytes" % what)
-    return value.decode("utf-8", "surrogateescape")
-
-
-def _ms(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError("%s must be a non-negative int (milliseconds)" % what)
-    return str(value)
+def seconds(ms):
+    # The library takes seconds and rounds s * 1000 up: ms / 1000 * 1000 can
+    # come out a hair above ms (2007 -> 2008), half a millisecond under not.
+    return None if ms is None else max(ms - 0.5, 0) / 1000
 
 
 class LockClient:
+    """The old API: times in ms, acquire() -> (fence, ttl_ms, token) or None
+    when busy, release() by name, LockError for an ERR, and a `lost` queue
+    (and on_lost callback) of Lost tuples. Underneath is the library's pool
+    of connections, so locks() lists all of them."""
+
     def __init__(self, host="127.0.0.1", port=7878, path=None, secret=None,
                  timeout=30.0, on_lost=None):
-        """Connect over TCP (host, port) or to the Unix socket `path`.
-
-        `timeout` bounds every request except the waiting part of an
-        ACQUIRE (whose own `wait` is added to it; no `wait` = no bound). A
-        request that runs out of time closes the connection, since its
-        reply would otherwise be taken for the next request's."""
-        if path is not None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                self.sock.connect(path)
-            except OSError:
-                self.sock.close()
-                raise
-        else:
-            self.sock = socket.create_connection((host, port), timeout)
-            self.sock.settimeout(None)
-        self.timeout = timeout
-        self.on_lost = on_lost
-        self.lost = queue.Queue()  # Lost tuples
-        self._replies = queue.Queue()  # reply lines; _CLOSED at the end
-        self._lock = threading.Lock()  # one request at a time
-        self._closed = False
-        self._reader = threading.Thread(target=self._read_loop,
-                                        name="lockclient-reader", daemon=True)
-        self._reader.start()
-        if secret is not None:
-            try:
-                self._simple("AUTH " + _word(secret, "secret"), "OK")
-            except BaseException:
-                self.close()
-                raise
-
-    # -- plumbing ----------------------------------------------------------
-
-    def _read_loop(self):
-        buf = b""
+        addr = path or ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+        self._c = lockbroker.Client(addr, secret, timeout)
+        self.lost, self.on_lost, self._held = queue.Queue(), on_lost, {}
         try:
-            while True:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n" in buf:
-                    raw, buf = buf.split(b"\n", 1)
-                    line = raw.rstrip(b"\r").decode("utf-8", "surrogateescape")
-                    if line.startswith("EVENT LOST "):
-                        self._event(line)
-                    else:
-                        self._replies.put(line)
-        except OSError:
-            pass
-        finally:
-            self._closed = True
-            self._replies.put(_CLOSED)
-
-    def _event(self, line):
-        parts = line.split()
-        if len(parts) != 5:
-            return
-        ev = Lost(parts[2], int(parts[3]), parts[4])
-        self.lost.put(ev)
-        if self.on_lost is not None:
-            try:
-                self.on_lost(ev)
-            except Exception:  # a callback bug must not kill the reader
-                pass
-
-    def _next(self, deadline):
-        try:
-            line = self._replies.get(timeout=deadline)
-        except queue.Empty:
-            self.close()
-            raise TimeoutError("no reply from the broker in time; "
-                               "connection closed") from None
-        if line is _CLOSED:
-            self._replies.put(_CLOSED)  # later requests see it too
-            raise ConnectionError("the broker closed the connection")
-        return line
-
-    def request(self, line, multi=False, timeout=-1):
-        """Send one request line; return its reply line, or with `multi` the
-        lines before END. An ERR reply raises LockError. `timeout` -1 =
-        self.timeout, None = no bound."""
-        if "\n" in line or "\r" in line:
-            raise ValueError("one line only")
-        deadline = self.timeout if timeout == -1 else timeout
-        with self._lock:
-            if self._closed:
-                raise ConnectionError("the connection is closed")
-            self.sock.sendall(line.encode("utf-8", "surrogateescape") + b"\n")
-            first = self._next(deadline)
-            if first.startswith("ERR "):
-                code, _, text = first[4:].partition(" ")
-                raise LockError(code, text)
-            if not multi:
-                return first
-            out = []
-            while first != "END":
-                out.append(first)
-                first = self._next(deadline)
-            return out
-
-    def _simple(self, line, want):
-        reply = self.request(line)
-        if reply != want:
-            raise LockError("PROTO", "unexpected reply %r" % reply)
-
-    # -- the protocol ------------------------------------------------------
-
-    def ping(self):
-        self._simple("PING", "PONG")
+            self._c.ping()  # connect (and AUTH) now, as the old client did
+        except BaseException:
+            self._c.close()
+            raise
 
     def acquire(self, name, ttl=None, wait=None, keep=False, token=None):
-        """ACQUIRE. Returns (fence, ttl_ms, token), or None on TIMEOUT.
-
-        ttl: a fixed lease in ms (None = a session lock, renewed while
-        connected). wait: how long the broker may wait for it in ms (0 =
-        try once; None = the broker's locks.default_wait_ms, by default
-        until granted). keep: the lock outlives this connection (needs
-        ttl). token: your own token (1-64 of A-Z a-z 0-9 _ . -)."""
-        line = "ACQUIRE " + _word(name, "name")
-        if ttl is not None:
-            line += " TTL " + _ms(ttl, "ttl")
-        if wait is not None:
-            line += " WAIT " + _ms(wait, "wait")
-        if keep:
-            line += " KEEP"
-        if token is not None:
-            line += " TOKEN " + _word(token, "token")
-        if wait is None:
-            limit = None
-        else:
-            limit = None if self.timeout is None else self.timeout + wait / 1000
-        reply = self.request(line, timeout=limit)
-        if reply == "TIMEOUT":
+        old = self._held.get(name)
+        if old is not None and not old.lost.is_set():
+            # The pool would send it on another connection, to wait for us.
+            raise lockbroker.Held("%s is held by this client" % name, "HELD")
+        try:
+            lease = self._c.acquire(name, wait=seconds(wait), ttl=seconds(ttl),
+                                    keep=keep, token=token)
+        except lockbroker.Busy:
             return None
-        parts = reply.split()
-        if len(parts) != 4 or parts[0] != "OK":
-            raise LockError("PROTO", "unexpected reply %r" % reply)
-        return int(parts[1]), int(parts[2]), parts[3]
+        self._held[name] = lease
+        threading.Thread(target=self._watch, args=(lease,),
+                         daemon=True).start()
+        return lease.fence, lease.ttl, lease.token
+
+    def _watch(self, lease):
+        # The library only sets lease.lost; the old API queued the loss and
+        # called on_lost. Watch until the lease is released by name.
+        while not lease.lost.wait(0.2):
+            if self._held.get(lease.name) is not lease:
+                return
+        if lease.lost_reason != "closed":  # our own close() is not news
+            ev = Lost(lease.name, lease.fence, lease.lost_reason)
+            if self.on_lost is not None:
+                self.on_lost(ev)
+            self.lost.put(ev)
+
+    def _lease(self, name):
+        if name not in self._held:
+            raise lockbroker.NotHeld("%s is not held here" % name, "NOTHELD")
+        return self._held[name]
 
     def release(self, name, token=None):
-        """RELEASE this connection's lock on name, or the lock `token`
-        holds. Raises LockError('NOTHELD') when it is not held."""
-        line = "RELEASE " + _word(name, "name")
         if token is not None:
-            line += " TOKEN " + _word(token, "token")
-        self._simple(line, "OK")
+            return self._c.release(name, token)
+        self._lease(name)
+        self._held.pop(name).release()
 
     def extend(self, name, ttl, token=None):
-        """EXTEND a fixed or kept lock's lease to ttl ms from now; returns
-        the new ttl."""
-        line = "EXTEND %s %s" % (_word(name, "name"), _ms(ttl, "ttl"))
-        if token is not None:
-            line += " TOKEN " + _word(token, "token")
-        reply = self.request(line)
-        parts = reply.split()
-        if len(parts) != 2 or parts[0] != "OK":
-            raise LockError("PROTO", "unexpected reply %r" % reply)
-        return int(parts[1])
+        s = self._c.extend(name, seconds(ttl), token) if token else \
+            self._lease(name).extend(seconds(ttl))
+        return round(s * 1000)
 
-    def status(self, name):
-        """STATUS: None when free, else (ttl_ms left in Redis, fence)."""
-        reply = self.request("STATUS " + _word(name, "name"))
-        if reply == "OK FREE":
-            return None
-        parts = reply.split()
-        if len(parts) != 4 or parts[:2] != ["OK", "HELD"]:
-            raise LockError("PROTO", "unexpected reply %r" % reply)
-        return int(parts[2]), int(parts[3])
-
-    def validate(self, name, fence):
-        """VALIDATE: True if fence is the current holder's fence."""
-        reply = self.request("VALIDATE %s %s" % (_word(name, "name"),
-                                                 _ms(fence, "fence")))
-        if reply not in ("OK VALID", "OK STALE"):
-            raise LockError("PROTO", "unexpected reply %r" % reply)
-        return reply == "OK VALID"
+    def status(self, name):  # None when free, else (ttl_ms, fence)
+        s = self._c.status(name)
+        return None if s is None else (round(s["ttl"] * 1000), s["fence"])
 
     def locks(self):
-        """LOCKS: [(name, fence, ttl_ms, kind)] held by this connection."""
-        out = []
-        for line in self.request("LOCKS", multi=True):
-            _, name, fence, ttl, kind = line.split()
-            out.append((name, int(fence), int(ttl), kind))
-        return out
+        return [(l["name"], l["fence"], round(l["ttl"] * 1000),
+                 l["kind"].upper()) for l in self._c.locks()]
 
-    def info(self):
-        """INFO as a dict of strings."""
-        return dict(l.split(" ", 2)[1:] for l in self.request("INFO", multi=True))
+    def __getattr__(self, attr):  # validate, info, ping, close: the same
+        return getattr(self._c, attr)
 
-    def quit(self):
-        """QUIT: the broker releases this connection's session and fixed
-        locks at once (no lock delay), then closes."""
-        try:
-            self._simple("QUIT", "OK")
-        except (ConnectionError, OSError):
-            pass
-        self.close()
-
-    def close(self):
-        """Close without QUIT (the broker treats that as a vanished client:
-        its locks go after locks.lock_delay_ms)."""
-        self._closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+    def quit(self):  # close() QUITs too: the library has no other way
+        self._c.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.quit()
+        self._c.close()
 
 
 # The exit codes of every lockbroker client (docs/clients.md).
 EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_ERROR = 64, 69, 70
 EXIT_OSERR, EXIT_BUSY, EXIT_AUTH = 71, 75, 77
-DEFAULT_ADDR = "127.0.0.1:7878"
+# The ERR codes the broker sends (docs/protocol.md); the library's other
+# codes (CONNECT, CLOSED, TIMEOUT, ...) are failures on this side.
+BROKER_CODES = {"ARGS", "NAME", "HELD", "NOTHELD", "LIMIT", "NOAUTH", "AUTH",
+                "UNAVAILABLE", "SHUTDOWN", "INTERNAL", "PROTO", "UNKNOWN"}
 _DURATION = re.compile(r"(\d*\.?\d*)(ms|s|m|h)?\Z")
 _UNITS = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000}
 
@@ -317,23 +140,16 @@ def parse_duration(value, bare_ms):
     if len(frac) > 9:
         raise ValueError("too many decimals")
     unit = _UNITS[m.group(2)] if m.group(2) else bare_ms
-    den = 10 ** len(frac)
-    return int(whole or 0) * unit + -(-int(frac or 0) * unit // den)
+    return int(whole or 0) * unit + -(-int(frac or 0) * unit //
+                                      10 ** len(frac))
 
 
 def parse_addr(addr=None):
-    """LockClient keyword arguments for a broker address: 'HOST:PORT',
-    '[V6]:PORT', 'HOST' or a Unix socket '/PATH'; None reads
-    $LOCKBROKER_ADDR, then the default 127.0.0.1:7878."""
-    if addr is None:
-        addr = os.environ.get("LOCKBROKER_ADDR") or DEFAULT_ADDR
-    if addr.startswith("/"):
-        return {"path": addr}
-    m = re.match(r"(?:\[([^\]]+)\]|([^:\[\]]+))(?::(\d+))?\Z", addr)
-    port = int(m.group(3)) if m and m.group(3) else 7878
-    if not m or not 0 < port < 65536:
-        raise ValueError("bad broker address %r (HOST:PORT or /PATH)" % addr)
-    return {"host": m.group(1) or m.group(2), "port": port}
+    """LockClient's keyword arguments for 'HOST:PORT', '[V6]:PORT', 'HOST'
+    or '/PATH' (None: $LOCKBROKER_ADDR, else 127.0.0.1:7878)."""
+    kind, where = lockbroker.parse_addr(addr)
+    return {"path": where} if kind == "unix" else dict(host=where[0],
+                                                       port=where[1])
 
 
 def _secs(ms):
@@ -379,7 +195,8 @@ def _args(argv):
     if not 0 <= a.conflict_exit_code <= 255:
         p.error("-E wants an exit code, 0-255")
     try:
-        a.addr = parse_addr(a.u or a.s)
+        a.addr = a.u or a.s  # None: the library reads $LOCKBROKER_ADDR
+        lockbroker.parse_addr(a.addr)  # a bad one is a usage error, now
         a.wait_ms = 0 if a.try_once else (
             None if a.wait is None else parse_duration(a.wait, 1000))
         a.ttl_ms = None if a.ttl is None else parse_duration(a.ttl, 1)
@@ -390,61 +207,71 @@ def _args(argv):
     return a
 
 
-def _secret(a):
-    if a.a is None:
-        return os.environ.get("LOCKBROKER_SECRET") or None
-    with open(a.a) as f:
-        return f.readline().rstrip("\n")
-
-
-def _busy(lb, a):
-    """A TIMEOUT: the lock is busy, or the broker could not reach Redis
-    while we waited (it says TIMEOUT then too); STATUS tells which."""
+def _acquire(client, a):
+    """The lease, or None when the lock is busy."""
+    # The broker says TIMEOUT also when a wait ran out while it could not
+    # reach Redis; STATUS tells which (ERR UNAVAILABLE). The library asks it
+    # after a wait it was given, so ask here after -n, -w 0 or no -w.
+    asked = bool(a.wait_ms)
     try:
-        lb.status(a.name)
-    except LockError as e:
-        if e.code in ("UNAVAILABLE", "SHUTDOWN"):
+        try:
+            return client.acquire(a.name, wait=seconds(a.wait_ms),
+                                  ttl=seconds(a.ttl_ms))
+        except lockbroker.Busy:
+            if not asked:
+                asked = True
+                client.status(a.name)
+            return None
+    except lockbroker.Unavailable as e:
+        if asked and e.code in ("UNAVAILABLE", "SHUTDOWN"):
             print("%s: %s: lock not obtained: the broker cannot reach Redis"
                   % (PROG, a.name), file=sys.stderr)
         raise
-    if not a.quiet:
-        how = ("tried once" if a.wait_ms == 0 else
-               "waited " + _secs(a.wait_ms) if a.wait_ms else "")
-        print("%s: %s: lock busy%s" % (PROG, a.name,
-                                       " (%s)" % how if how else ""),
-              file=sys.stderr)
-    return a.conflict_exit_code
 
 
-def _demo(lb, a):
-    grant = lb.acquire(a.name, ttl=a.ttl_ms, wait=a.wait_ms)
-    if grant is None:
-        return _busy(lb, a)
-    fence, ttl, token = grant
-    print("acquired %s fence %d ttl %d ms" % (a.name, fence, ttl))
-    print("valid:", lb.validate(a.name, fence))
-    lb.release(a.name)
+def _demo(client, a):
+    lease = _acquire(client, a)
+    if lease is None:
+        if not a.quiet:
+            how = ("tried once" if a.wait_ms == 0 else
+                   "waited " + _secs(a.wait_ms) if a.wait_ms else "")
+            print("%s: %s: lock busy%s" % (PROG, a.name,
+                                           " (%s)" % how if how else ""),
+                  file=sys.stderr)
+        return a.conflict_exit_code
+    print("acquired %s fence %d ttl %d ms" % (a.name, lease.fence, lease.ttl))
+    print("valid:", lease.validate())
+    if lease.lost.is_set():  # and release() raises NotHeld
+        print("lost:", lease.name, lease.fence, lease.lost_reason)
+    lease.release()
     print("released %s" % a.name)
     return 0
 
 
 def main(argv=None):
     a = _args(argv)
+    secret = None  # None: the library reads $LOCKBROKER_SECRET
     try:
-        secret = _secret(a)
+        if a.a is not None:
+            with open(a.a) as f:
+                secret = f.readline().rstrip("\n")
     except OSError as e:
         print("%s: %s" % (PROG, e), file=sys.stderr)
         return EXIT_OSERR
     try:
-        with LockClient(secret=secret, on_lost=lambda ev: print(
-                "lost:", *ev, flush=True), **a.addr) as lb:
-            return _demo(lb, a)
-    except LockError as e:
-        print("%s: broker: ERR %s" % (PROG, e), file=sys.stderr)
-        if e.code in ("UNAVAILABLE", "SHUTDOWN"):
+        with lockbroker.Client(a.addr, secret, timeout=30.0) as client:
+            return _demo(client, a)
+    except LockError as e:  # before ValueError: ArgsError is one too
+        said = "broker: ERR %s %s" % (e.code, e.text) \
+            if e.code in BROKER_CODES else e.text
+        print("%s: %s" % (PROG, said.rstrip()), file=sys.stderr)
+        # A connection that ends mid-reply is a ProtocolError to the
+        # library, but for the exit code a closed connection (as lockctl).
+        if isinstance(e, (lockbroker.Unavailable, lockbroker.Timeout)) or \
+                e.code == "EOF":
             return EXIT_UNAVAILABLE
-        return EXIT_AUTH if e.code in ("AUTH", "NOAUTH") else EXIT_ERROR
-    except (OSError, ValueError) as e:  # ConnectionError, TimeoutError too
+        return EXIT_AUTH if isinstance(e, lockbroker.AuthError) else EXIT_ERROR
+    except (OSError, ValueError) as e:  # ValueError: nothing was sent
         print("%s: %s" % (PROG, e), file=sys.stderr)
         return EXIT_UNAVAILABLE if isinstance(e, OSError) else EXIT_USAGE
 
