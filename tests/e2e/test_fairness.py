@@ -1,4 +1,4 @@
-"""Fair across brokers (docs/protocol.md §3 Waiting): one first-come-first-
+"""Fair across brokers (docs/protocol.md §4, Waiting): one first-come-first-
 served queue per name for every broker sharing the Redis. A waiter takes
 its place (a ticket) when its broker first asks; a release hands the name
 to the first live ticket, on whichever broker, and wakes only that broker;
@@ -278,7 +278,7 @@ class Fairness(BrokerTest):
     def test_killed_broker_stalls_the_queue_a_bounded_time(self):
         """A broker killed with SIGKILL while its clients queue first: the
         others are granted within 2 x retry_max_ms + command_timeout_ms of
-        its last try, plus a retry (docs/protocol.md §3)."""
+        its last try, plus a retry (docs/protocol.md §4, Waiting)."""
         dead = self.start_broker(self.conf, name="dead")
         h = self.client()
         self.assertRegex(h.cmd("ACQUIRE k"), r"^OK ")

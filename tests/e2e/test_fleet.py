@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Many brokers on one Redis (docs/protocol.md §8): what
+"""Many brokers on one Redis (docs/internals.md, Channels): what
 each broker costs Redis when it holds nothing or little, and that an event
 reaches only the brokers it concerns."""
 

@@ -191,7 +191,7 @@ class Metrics(BrokerTest):
 
     def test_evicting_policy_and_back_on_a_quiet_broker(self):
         """A broker that holds nothing and has nobody waiting sends Redis
-        nothing (docs/protocol.md §8, Trust), but one that refuses grants
+        nothing (docs/internals.md, When Redis forgets), but one that refuses grants
         for the policy keeps reading it: it grants again within a few
         beats of noeviction's return."""
         b = self.start_broker({"redis": {"trust_ms": 400}}, name="quiet")

@@ -64,7 +64,7 @@ class Pipeline(BrokerTest):
 
     def test_one_turns_acquires_and_releases_go_in_one_batch(self):
         """Requests from many clients read in one turn go to Redis as one
-        batch (docs/protocol.md §8, Batches), and each is answered as if
+        batch (docs/internals.md, Batches), and each is answered as if
         it had gone alone: grants, a refusal, a release that is not
         ours, and releases."""
         holder = self.client()
