@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -227,15 +228,22 @@ client_too_many_pending(struct client *c)
 static void
 client_cancel_early(struct client *c)
 {
-	char line[8];
-	ev_ssize_t n = evbuffer_copyout(c->in, line, sizeof line);
+	char buf[64];
+	ev_ssize_t n = evbuffer_copyout(c->in, buf, sizeof buf);
+	ev_ssize_t i = 0, j;
 
-	if (n < 7 ||
-	    !(line[6] == '\n' ||
-		(n == 8 && line[6] == '\r' && line[7] == '\n')))
+	/* Empty lines and blanks around the word are ignored, as for any
+	 * request (proto.c). */
+	while (i < n &&
+	    (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' ||
+		buf[i] == '\n'))
+		i++;
+	if (n - i < 7 || strncasecmp(buf + i, "CANCEL", 6) != 0)
 		return;
-	line[6] = '\0';
-	if (proto_keyword(line, "CANCEL") && lock_owner_cancel(&c->s.owner))
+	for (j = i + 6;
+	     j < n && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r'); j++)
+		;
+	if (j < n && buf[j] == '\n' && lock_owner_cancel(&c->s.owner))
 		log_debug("client %" PRIu64 " [%s]: wait cancelled", c->s.id,
 		    c->peer);
 }

@@ -635,6 +635,11 @@ lock_owner_eof(struct lock_owner *o)
 		lockq_try_now(req);
 		return true;
 	}
+	/* A try-once waits for nobody: it is answered once its try is made
+	 * (queued behind a try of another still in Redis, say one whose
+	 * wait was cancelled). */
+	if (req->wait_ms == 0)
+		return true;
 	/* Only the first try, still in Redis, has not started to wait: not
 	 * a take or a confirmation sent after an answer (tries counts only
 	 * the head's attempts). */

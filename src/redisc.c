@@ -1016,30 +1016,42 @@ redisc_reconnect_cb(evutil_socket_t fd, short what, void *arg)
  * REDISC_SPREAD x reconnect_min_ms: a fleet that lost one Redis at once (a
  * restart) would otherwise come back in one burst that overflows Redis's
  * listen backlog (1,000 brokers' 2,000 connections within 50 ms; those
- * dropped wait for TCP to send their SYN again, 1 and 3 s later). At most
- * a quarter of trust_ms, which the holds must be vouched for within.
+ * dropped wait for TCP to send their SYN again, 1 and 3 s later).
+ *
+ * No delay is longer than REDISC_TRUST_PART of trust_ms: the holds were
+ * last vouched for up to a beat (a quarter of it) before Redis went, so a
+ * Redis back within what is left (5/8 of trust_ms, 3.1 s by default) finds
+ * the broker back in time to vouch for them again.
  */
 #define REDISC_SPREAD 5
+#define REDISC_TRUST_PART 8
+
+static uint64_t
+redisc_max_delay_ms(void)
+{
+	uint64_t hi = (uint64_t)rc.cf->reconnect_max_ms;
+	uint64_t part = (uint64_t)rc.cf->trust_ms / REDISC_TRUST_PART;
+
+	return hi < part ? hi : part; /* trust_ms is at least 100 */
+}
 
 static uint64_t
 redisc_spread_ms(void)
 {
 	uint64_t ms = (uint64_t)rc.cf->reconnect_min_ms * REDISC_SPREAD;
 
-	if (ms > (uint64_t)rc.cf->trust_ms / 4)
-		ms = (uint64_t)rc.cf->trust_ms / 4;
-	if (ms > (uint64_t)rc.cf->reconnect_max_ms)
-		ms = (uint64_t)rc.cf->reconnect_max_ms;
-	return ms > 0 ? ms : 1;
+	return ms < redisc_max_delay_ms() ? ms : redisc_max_delay_ms();
 }
 
 static void
 redisc_schedule_reconnect(struct redisc_conn *conn)
 {
-	uint64_t lo = (uint64_t)rc.cf->reconnect_min_ms;
-	uint64_t hi = (uint64_t)rc.cf->reconnect_max_ms;
-	uint64_t delay = lo;
+	uint64_t hi = redisc_max_delay_ms();
+	uint64_t delay = (uint64_t)rc.cf->reconnect_min_ms;
 	struct timeval tv;
+
+	if (delay > hi)
+		delay = hi;
 
 	/* A Sentinel that does not answer: ask the next one. */
 	if (conn == &rc.sent)

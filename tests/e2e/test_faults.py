@@ -173,6 +173,41 @@ class Faults(BrokerTest):
                          "back" in self.broker.logtext(), 5)
 
 
+class Outage(BrokerTest):
+    """A Redis that goes away and comes back (restarted, empty) within
+    5/8 of redis.trust_ms costs no hold: the broker tries to reconnect at
+    least every eighth of trust_ms (docs/internals.md, Connections to
+    Redis), and its holds were vouched for at most a beat (a quarter) before
+    Redis went."""
+    conf = {"redis": {"trust_ms": 8000}}
+
+    def test_reconnect_delays_stay_under_an_eighth_of_trust(self):
+        b = self.start_broker({"redis": {"trust_ms": 2000}}, name="short")
+        self.redis.kill()
+        time.sleep(3)
+        self.redis.start()
+        delays = [int(l.split("retrying in ")[1].split()[0])
+                  for l in b.logtext().splitlines() if "retrying in" in l]
+        self.assertGreater(len(delays), 8)
+        self.assertLessEqual(max(delays), 250)
+
+    def test_holds_kept_through_an_outage_within_the_bound(self):
+        clients = [self.client() for _ in range(3)]
+        for i, c in enumerate(clients):
+            self.assertRegex(c.cmd("ACQUIRE out%d" % i), r"^OK ")
+        self.redis.kill()
+        time.sleep(3.5)        # 5/8 of 8000 ms is 5 s: room for a beat
+        self.redis.start()
+        # Put back during the grace period (about trust_ms), not lost.
+        probe = self.client()
+        wait_for(lambda: probe.cmd("ACQUIRE probe WAIT 0").startswith("OK "),
+                 20, 0.2)
+        for i, c in enumerate(clients):
+            lines = c.until_end("LOCKS")
+            self.assertTrue(any(l.startswith("LOCK out%d " % i)
+                                for l in lines), lines)
+
+
 class Auth(BrokerTest):
     """Redis with requirepass, and with an ACL user."""
 

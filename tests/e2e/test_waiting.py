@@ -4,6 +4,7 @@ import os
 import re
 import signal
 import select
+import socket
 import threading
 import time
 
@@ -141,6 +142,35 @@ class Waiting(BrokerTest):
         self.assertEqual(b.line(), "PONG")
         self.assertEqual(b.line(), "OK")
         self.assertEqual(a.cmd("RELEASE cs"), "OK")
+
+    def test_cancel_with_blanks_and_after_an_empty_line(self):
+        """Blanks around the word and empty lines before it are ignored,
+        as for any request (docs/protocol.md §1)."""
+        a, b = self.client(), self.client()
+        self.assertRegex(a.cmd("ACQUIRE cb"), r"^OK ")
+        for cancel in (" CANCEL", "cancel \t", "\n\r\nCANCEL"):
+            b.send("ACQUIRE cb WAIT 30000")
+            wait_for(lambda: waiters(self.broker) == 1)
+            b.send(cancel)
+            self.assertEqual(b.line(), "CANCELLED")
+            self.assertEqual(b.line(), "OK")
+        self.assertEqual(a.cmd("RELEASE cb"), "OK")
+
+    def test_try_once_behind_a_cancelled_wait_is_answered_at_end_of_input(self):
+        """A cancelled waiter's try may still be in Redis when a try-once
+        behind it is read and the input ends: the try-once is no wait, so
+        it and every line after it are answered before the close (§1)."""
+        for _ in range(5):
+            c = self.client()
+            c.send("ACQUIRE ph WAIT 30000\nCANCEL\nACQUIRE ph WAIT 0\n"
+                   "PING")
+            c.sock.shutdown(socket.SHUT_WR)
+            self.assertEqual(c.line(), "CANCELLED")
+            self.assertEqual(c.line(), "OK")
+            self.assertRegex(c.line(), r"^(OK \d+ |TIMEOUT$)")
+            self.assertEqual(c.line(), "PONG")
+            self.assertRaises(ConnectionError, c.line)
+            wait_for(lambda: self.redis("EXISTS", "lockbroker:{ph}") == 0)
 
     def test_cancel_of_a_waiter_on_a_busy_broker_queue(self):
         """A cancelled waiter on another broker than the holder's gives
