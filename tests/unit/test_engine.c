@@ -43,6 +43,8 @@ static struct towner owners[NOWNERS];
 static char told[64][192];
 static unsigned ntold;
 
+static void told_add(const char *fmt, ...) LB_PRINTF(1, 2);
+
 static void
 told_add(const char *fmt, ...)
 {
