@@ -1,6 +1,10 @@
-"""The truth of LOCKS, second part: regression tests for what a review of
-the first fixes (test_truth.py) and the chaos suite's belief checker found
-against a real Redis. Each failed on the code before its fix."""
+"""What a holder is told, and when, where a token is shared or answers
+race, against a real Redis: news of a release heard before the grant's
+own answer; a token asking in the other family, asking again and leaving,
+or released from another connection; a same-token grant that misses its
+replicas; a token's grant through two brokers, one lease ending; the
+broker itself paused past a lease; and every waiter told ERR SHUTDOWN when
+the broker stops. The helpers and TruthBase are test_truth.py's."""
 
 import signal
 import socket
