@@ -77,7 +77,7 @@ local function refuse(t)
 end
 -- Not granted while an exclusive holder is there ({3, -1} when it is this
 -- token), nor in another mode ({3, n}: n = 0 for SHARED).
-if v and v ~= '=shared' then
+if exclusive(v) then
   if holds then return {3, -1} end
   return refuse(redis.call('PTTL', lock_key))
 end
@@ -105,8 +105,7 @@ if n > 0 then
     if foreign(entry, me) then
       local by = third(entry)
       if tonumber(s) - now > tonumber(ttl) then
-        tell(channel, by, me, name .. ' shortened ' .. fs .. ' ' .. me,
-          {})
+        shortened(channel, by, me, name, fs)
       end
       e = with_broker(e, joined(by, me))
     end
