@@ -6,14 +6,21 @@
 -- such a loss (docs/operations.md, "When Redis forgets"). 2^53
 -- microseconds is the year 2255: fences stay exact in every language's
 -- numbers, and a counter at or above 2^53 is refused, as one that is not
--- an integer is. Needs keep.lua and now.lua.
-
--- The next fence of counter k, without writing it, and the counter's
--- value it read; or an error reply. t: a TIME this script read already
--- (the clock only has to be read in the same script as the counter), or
--- nil; c: the counter's value this script read already (false: none), or
--- nil. A fence is never below t's third element, the incarnation's id
--- when the gate read t (lib/gate.lua).
+-- an integer is. fence_of(k, t) reads the counter and gives the next
+-- fence without writing it; next_fence(k, t, ttl) also writes it back
+-- with one SET that keeps it (remember(); a plain grant in acquire.lua
+-- calls it itself): the counter is only needed while a grant may still be
+-- compared with it, so it lives keep_ms() past the lease ttl (ms) just
+-- set (lib/keep.lua; a release, renewal and VALIDATE may read it; a
+-- renewal keeps it as long),
+-- and the names nobody uses any more leave nothing in Redis; a counter
+-- gone gives the clock's fence, above it by then. t: a TIME this script
+-- read already (the clock only has to be read in the same script as the
+-- counter), or nil; c: the counter's value this script read already
+-- (false: none), or nil. Both return the fence, or an error reply, having
+-- changed nothing else; fence_of also returns the counter's value it read.
+-- A fence is never below t's third element, the incarnation's id when the
+-- gate read t (lib/gate.lua). Needs keep.lua and now.lua.
 local function fence_of(k, t, c)
   if c == nil then c = redis.pcall('GET', k) end
   if type(c) == 'table' then return c end
@@ -54,12 +61,6 @@ end
 local function forget(k)
   redis.call('PEXPIRE', k, keep_ms() / 2)
 end
--- The next fence, written back with one SET that keeps it (or an error
--- reply, nothing written): the counter is only needed while a grant may
--- still be compared with it, so it lives keep_ms() past the lease ttl
--- (ms) just set (a release, renewal and VALIDATE may read it; a renewal
--- keeps it as long), and the names nobody uses any more leave nothing in
--- Redis; a counter gone gives the clock's fence, above it by then.
 local function next_fence(k, t, ttl, c)
   local f = fence_of(k, t, c)
   if type(f) == 'number' then remember(k, ttl, int(f)) end
