@@ -157,8 +157,8 @@ local function grant()
 end
 -- A token that is one of the shared holders is in the other family.
 -- Shared holders whose "=shared" went (deleted by hand) still hold it.
-if not v and redis.call('EXISTS', holders_key) == 1 then v = SHARED end
-if v == SHARED then
+if not v and redis.call('EXISTS', holders_key) == 1 then v = '=shared' end
+if v == '=shared' then
   if prune(lock_key, holders_key, who_key, now) > 0 then
     if redis.call('ZSCORE', holders_key, token) then
       return {3, limit_of(redis.call('HGET', who_key, '=mode'))}
@@ -203,7 +203,7 @@ if holds then
   if foreign(v, me) then
     local by = third(v)
     if redis.call('PTTL', lock_key) > tonumber(ttl) then
-      shortened(channel, by, me, name, fs)
+      tell(channel, by, me, name .. ' shortened ' .. fs .. ' ' .. me, {})
     end
     val = with_broker(val, joined(by, me))
   end

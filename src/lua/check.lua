@@ -65,7 +65,7 @@ if s and tonumber(s) > now and entry_fence(redis.call('HGET', who_key,
   return kept(lock_key .. ' ' .. token, tonumber(s) - now)
 end
 local c = tonumber(redis.call('GET', fence_key) or '0')
-if ttl ~= '0' and exclusive(v) and c and
+if ttl ~= '0' and v and v ~= '=shared' and c and
     leftover(incarnation_key, incarnation, lock_key, c) then
   v = false  -- a grant released since, in older data: nobody's
 end

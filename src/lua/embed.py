@@ -60,13 +60,13 @@ def squash(path):
 
 
 def defines_only(path):
-    """Whether a library file only defines functions and the constants
-    and tables they use ("local X = '...'", "local x = {}") and names no
-    KEYS or ARGV: it may be defined once for many names."""
+    """Whether a library file only defines functions (and the tables they
+    keep, "local x = {}") and names no KEYS or ARGV: it may be defined
+    once for many names."""
     with open(path) as f:
         top = [l.rstrip() for l in f if l[:1] not in ("", " ", "\n", "-")]
-    return (all(re.match(r"(local function \w+\(|local \w+ = (\{\}|'[^']*')$"
-                         r"|end$)", l) for l in top) and
+    return (all(re.match(r"(local function \w+\(|local \w+ = \{\}$|end$)",
+                         l) for l in top) and
             not re.search(r"\b(KEYS|ARGV)\b", squash(path)))
 
 

@@ -41,12 +41,13 @@ if holds then
   if fence ~= '0' and c ~= fence then return 0 end
   local by = third(v)
   if by ~= broker and redis.call('PTTL', lock_key) > tonumber(ttl) then
-    shortened(channel, by, broker, name, c)
+    tell(channel, by, broker, name .. ' shortened ' .. c .. ' ' ..
+      broker, {})
   end
   remember(fence_key, ttl)
   return redis.call('PEXPIRE', lock_key, ttl)
 end
-if exclusive(v) then return 0 end
+if v and v ~= '=shared' then return 0 end
 local kept = not v and fence ~= '0' and
   redis.call('GET', fence_key) == fence and remembered(fence_key)
 if kept and kept > 0 and redis.call('EXISTS', holders_key) == 0 then
@@ -56,7 +57,8 @@ if kept and kept > 0 and redis.call('EXISTS', holders_key) == 0 then
   -- and a shorter one told to every broker, as which brokers hold it went
   -- with the key.
   if kept > tonumber(ttl) then
-    shortened(channel, '?', broker, name, fence)
+    tell(channel, '?', broker, name .. ' shortened ' .. fence ..
+      ' ' .. broker, {})
   end
   return remember(fence_key, ttl)
 end
@@ -69,7 +71,8 @@ local now = now_ms()
 if tonumber(s) <= now then return 0 end
 local by = third(info)
 if by ~= broker and tonumber(s) - now > tonumber(ttl) then
-  shortened(channel, by, broker, name, fs)
+  tell(channel, by, broker, name .. ' shortened ' .. fs .. ' ' ..
+    broker, {})
 end
 redis.call('ZADD', holders_key, int(now + tonumber(ttl)), token)
 stretch(lock_key, holders_key, who_key, now, fence_key)

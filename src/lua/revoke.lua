@@ -28,21 +28,20 @@ local revoked_ms = ARGV[3]  -- how long :revoked keeps the fence
 -- include now.lua
 -- include fields.lua
 -- include fence.lua
--- include holds.lua
 -- include tell.lua
 
 local now = now_ms()
 local v = redis.call('GET', lock_key)
 local n = redis.call('ZCOUNT', holders_key, '(' .. int(now), '+inf')
 local fields = {} -- the holders' entries' broker fields
-if exclusive(v) then
+if v and v ~= '=shared' then
   n = n + 1
   fields[1] = third(v) or '?'
 end
 if not v and n == 0 and remembered(fence_key) > 0 then
   n, fields[1] = 1, '?' -- a grant whose lock key went by hand (fence.lua)
 end
-if n > 0 and not exclusive(v) then
+if n > 0 and (not v or v == '=shared') then
   local who = redis.call('HGETALL', who_key)
   for i = 1, #who, 2 do
     if who[i] ~= '=mode' then

@@ -77,7 +77,7 @@ local function refuse(t)
 end
 -- Not granted while an exclusive holder is there ({3, -1} when it is this
 -- token), nor in another mode ({3, n}: n = 0 for SHARED).
-if exclusive(v) then
+if v and v ~= '=shared' then
   if holds then return {3, -1} end
   return refuse(redis.call('PTTL', lock_key))
 end
@@ -105,7 +105,8 @@ if n > 0 then
     if foreign(entry, me) then
       local by = third(entry)
       if tonumber(s) - now > tonumber(ttl) then
-        shortened(channel, by, me, name, fs)
+        tell(channel, by, me, name .. ' shortened ' .. fs .. ' ' .. me,
+          {})
       end
       e = with_broker(e, joined(by, me))
     end

@@ -24,11 +24,11 @@ local incarnation = ARGV[3] -- the id the broker knows
 
 local c = tonumber(redis.call('GET', fence_key) or '0')
 local v, holds = held(lock_key, token)
-if exclusive(v) and leftover(incarnation_key, incarnation,
+if v and v ~= '=shared' and leftover(incarnation_key, incarnation,
     lock_key, c) then
   return {0}
 end
-if exclusive(v) then
+if v and v ~= '=shared' then
   local mine = token == '' or holds
   return {1, redis.call('PTTL', lock_key), c, 1, -1,
     (mine and c == tonumber(fence)) and 1 or 0}

@@ -11,9 +11,8 @@ local who_key = KEYS[3]
 local fence_key = KEYS[4]
 
 -- include now.lua
--- include holds.lua
 local v = redis.call('GET', lock_key)
-if exclusive(v) then
+if v and v ~= '=shared' then
   -- (a plain grant's fence follows the entry: lib/plain.lua)
   local entry = string.match(v, '^%S+ (%S+ %S+ %S+ %S+)') or
     string.match(v, '^%S+ (.+)$')

@@ -5,7 +5,7 @@
 -- long as the last lease: until a millisecond past its end on TIME's clock
 -- (l must be free or "=shared"; l must not go while a lease in h is still
 -- running), and the fence counter f remember it keep_ms() past that
--- (lib/fence.lua's remembered). Needs now.lua and holds.lua.
+-- (lib/fence.lua's remembered). Needs now.lua.
 local function prune(l, h, who, now)
   local old = redis.call('ZRANGEBYSCORE', h, '-inf', int(now))
   for _, t in ipairs(old) do redis.call('HDEL', who, t) end
@@ -13,14 +13,14 @@ local function prune(l, h, who, now)
   local n = redis.call('ZCARD', h)
   if n == 0 then
     if #old > 0 then redis.call('DEL', who) end
-    if redis.call('GET', l) == SHARED then redis.call('DEL', l) end
+    if redis.call('GET', l) == '=shared' then redis.call('DEL', l) end
   end
   return n
 end
 local function stretch(l, h, who, now, f)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
   local at = int(tonumber(top[2]) + 1)
-  redis.call('SET', l, SHARED, 'PXAT', at)
+  redis.call('SET', l, '=shared', 'PXAT', at)
   redis.call('PEXPIREAT', h, at)
   redis.call('PEXPIREAT', who, at)
   redis.call('PEXPIREAT', f, tonumber(at) + keep_ms())

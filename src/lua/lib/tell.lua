@@ -9,10 +9,7 @@
 -- told) publishes msg to each broker of f but actor, or on ch when f is
 -- unknown; told (a table) gets the brokers told. wake(w, ch, name, told)
 -- publishes name to each broker whose waiter marked :waiting (w: broker
--- -> until, ms on TIME's clock) and is not in told. shortened(ch, f,
--- actor, name, fence) tells the brokers of f but actor that actor
--- shortened the lease of the grant with fence ("<name> shortened <fence>
--- <broker>"): their holds can no longer trust its end. Needs now.lua.
+-- -> until, ms on TIME's clock) and is not in told. Needs now.lua.
 local function brokers(f) return string.gmatch(f, '[^,]+') end
 local function joined(f, b)
   if not f or f == '?' then return '?' end
@@ -33,9 +30,6 @@ local function tell(ch, f, actor, msg, told)
       told[b] = true
     end
   end
-end
-local function shortened(ch, f, actor, name, fence)
-  tell(ch, f, actor, name .. ' shortened ' .. fence .. ' ' .. actor, {})
 end
 local function wake(w, ch, name, told)
   local m = redis.call('HGETALL', w)
