@@ -40,9 +40,16 @@ local run_id = ARGV[14]     -- of its connection's Redis; "": not read
 
 -- include keep.lua
 -- include now.lua
+-- include fields.lua
 -- include fence.lua
 -- include gate.lua
 -- include plain.lua
+-- include holds.lua
+-- include holders.lua
+-- include foreign.lua
+-- include tell.lua
+-- include tickets.lua
+-- include leftover.lua
 
 -- Nothing is granted (nor refused: the broker asks again) unless the
 -- incarnation gate is open. In a grace period a waiter with a ticket still
@@ -77,17 +84,6 @@ if not closed and redis.call('EXISTS', queue_key, waiting_key,
     return {1, f}
   end
 end
-
--- The slow path's helpers, made only past the fast path (each function a
--- script makes costs every call that gets that far).
--- include fields.lua
--- include holds.lua
--- include holders.lua
--- include foreign.lua
--- include tell.lua
--- include tickets.lua
--- include leftover.lua
-
 local v, holds = held(lock_key, token)
 local now = now_ms(clock)
 local me = info_broker(info) -- this broker

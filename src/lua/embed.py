@@ -16,8 +16,7 @@ hash slot, so a call does not send the name a dozen times. A line "--
 include <file>" is replaced by lib/<file> with its comment lines dropped
 and its code joined onto that one line, so every line of a script is the
 line of its .lua file: Redis's "user_script:N" in an error is line N of
-the file; of a library file that only defines functions, only those the
-script calls are made (needed()). For each script x.lua the header defines LUA_X_FILE, LUA_X_BODY,
+the file. For each script x.lua the header defines LUA_X_FILE, LUA_X_BODY,
 LUA_X_NKEYS, LUA_X_KEYS (an initializer of the passed keys' suffixes, in
 order), LUA_X_ARGC and, for each argument a, LUA_X_ARG_A, its index in
 ARGV from 0: lockdb.c fills the arguments by name. No Lua pattern (a
@@ -70,47 +69,6 @@ def defines_only(path):
             not re.search(r"\b(KEYS|ARGV)\b", squash(path)))
 
 
-def definitions(path):
-    """A library file that only defines functions, as its top-level
-    definitions in order: (the name each defines, its code on one
-    line)."""
-    defs = []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("local "):
-                defs.append((re.match(r"local (?:function )?(\w+)",
-                                      line).group(1), []))
-            if line.strip() and not line.lstrip().startswith("--"):
-                defs[-1][1].append(line.strip())
-    return [(name, " ".join(code)) for name, code in defs]
-
-
-def needed(libs, text):
-    """The names of the definitions of libs (paths) that code text calls,
-    and those they call in turn."""
-    words = set(re.findall(r"\w+", re.sub(r"--.*", "", text)))
-    defs = [d for path in libs if defines_only(path)
-            for d in definitions(path)]
-    need, grew = set(), True
-    while grew:
-        grew = False
-        for name, code in defs:
-            if name in words and name not in need:
-                need.add(name)
-                words |= set(re.findall(r"\w+", code))
-                grew = True
-    return need
-
-
-def lib_code(path, need):
-    """A library file as one line: of a file that only defines functions,
-    the definitions in need (each function a script does not call would
-    cost every call of it the making of a closure); else all of it."""
-    if not defines_only(path):
-        return squash(path)
-    return " ".join(code for name, code in definitions(path) if name in need)
-
-
 def expand(path, hoisted=None):
     """The script's text as Redis runs it. hoisted: the library files
     defined once before a wrapped script (a list it adds to); their
@@ -118,24 +76,20 @@ def expand(path, hoisted=None):
     lib = os.path.join(os.path.dirname(path), "lib")
     out, wraps = [], []
     with open(path) as f:
-        lines = f.readlines()
-    libs = [os.path.join(lib, m.group(1)) for m in map(INCLUDE.match, lines)
-            if m]
-    need = needed(libs, "".join(l for l in lines if not INCLUDE.match(l)))
-    for line in lines:
-        m, w = INCLUDE.match(line), WRAP.match(line)
-        if m and hoisted is not None and defines_only(
-                os.path.join(lib, m.group(1))):
-            if m.group(1) not in hoisted:
-                hoisted.append(m.group(1))
-            out.append("\n")
-        elif m:
-            out.append(lib_code(os.path.join(lib, m.group(1)), need) + "\n")
-        elif w:
-            wraps.append(w.groups())
-            out.append(HOISTED if len(wraps) == 1 else "")
-        else:
-            out.append(line)
+        for line in f:
+            m, w = INCLUDE.match(line), WRAP.match(line)
+            if m and hoisted is not None and defines_only(
+                    os.path.join(lib, m.group(1))):
+                if m.group(1) not in hoisted:
+                    hoisted.append(m.group(1))
+                out.append("\n")
+            elif m:
+                out.append(squash(os.path.join(lib, m.group(1))) + "\n")
+            elif w:
+                wraps.append(w.groups())
+                out.append(HOISTED if len(wraps) == 1 else "")
+            else:
+                out.append(line)
     text = derive("".join(out), keys(path), path)
     if not wraps:
         return text
@@ -143,9 +97,7 @@ def expand(path, hoisted=None):
     for script, fn in wraps:
         body = expand(os.path.join(os.path.dirname(path), script), hoisted)
         fns.append("local function %s(i, o)\n%send\n" % (fn, wrapped(body)))
-    paths = [os.path.join(lib, h) for h in hoisted]
-    need = needed(paths, "".join(fns))
-    libs = "".join(lib_code(p, need) + "\n" for p in paths)
+    libs = "".join(squash(os.path.join(lib, h)) + "\n" for h in hoisted)
     return text.replace(HOISTED, libs + "".join(fns))
 
 

@@ -36,10 +36,12 @@ local run_id = ARGV[12]
 -- include now.lua
 -- include fields.lua
 -- include fence.lua
+-- include gate.lua
 -- include plain.lua
 -- include holds.lua
 -- include holders.lua
 -- include tell.lua
+-- include tickets.lua
 
 -- With a fence (not 0) only the grant with that fence is released (a
 -- counter that is not an integer proves nothing: the token decides), so a
@@ -121,71 +123,63 @@ if by ~= broker then
   tell(channel, by, broker, name .. ' released ' .. fs .. ' ' ..
     broker, told)
 end
--- With no ticket, the name is published to the brokers whose waiters
--- marked it (:waiting) and were not told already.
-local function announce()
-  if marks then wake(waiting_key, channel, name, told) end
-  return {1}
-end
-if not queued then return announce() end
-
--- A hand-over's helpers, made only when a queue waits (each function a
--- script makes costs every call that gets that far).
--- include gate.lua
--- include tickets.lua
-
 -- Once the name is free, the first live ticket gets it in the same script
 -- if it is an exclusive one (its fence made here, so the name is never
 -- free in between; the writer mark goes, the new holder being a writer).
 -- A hand-over is a grant: it is made only through an open incarnation
 -- gate (lib/gate.lua); else the tickets wait, and their brokers' tries
 -- take the name once the gate opens.
--- The gate's TIME is the clock of the queue and of the fence.
-local closed, t = gate(incarnation_key, incarnation, run_id)
-local now, tk, b, d, m
-if not closed then
-  now = now_ms(t)
-  tk, b = qhead(queue_key, tickets_key, brokers_key, now, live)
-  d = tk and redis.call('HGET', tickets_key, tk)
-  m = third(d or '') -- the ticket's mode
+if queued then
+  -- The gate's TIME is the clock of the queue and of the fence.
+  local closed, t = gate(incarnation_key, incarnation, run_id)
+  local now, tk, b, d, m
+  if not closed then
+    now = now_ms(t)
+    tk, b = qhead(queue_key, tickets_key, brokers_key, now, live)
+    d = tk and redis.call('HGET', tickets_key, tk)
+    m = third(d or '') -- the ticket's mode
+  end
+  -- When the first ticket is a reader's (SHARED or LIMIT), free name or
+  -- not, the brokers of the first readers' tickets are told "<name>" on
+  -- their channels and try (share.lua lets them in in the queue's order).
+  if m and m ~= 'EXCLUSIVE' then
+    qwake(queue_key, tickets_key, brokers_key, now, m, broker, to, name)
+    tk = nil
+  elseif not holds and redis.call('EXISTS', lock_key) == 1 then
+    -- (an exclusive holder's lock key is gone: deleted above)
+    tk = nil -- readers still hold it: the writer waits for the last
+  end
+  local tok, ttl, info = string.match(tk and d or '',
+    '^(%S+) (%d+) (.*)$')
+  if tk and not tok then -- no data for it: it cannot be granted
+    redis.call('ZREM', queue_key, tk)
+  end
+  -- A ticket of this broker gets its own ttl, counted by the broker from
+  -- before this release was sent; another broker's gets at most handoff
+  -- ms, and a message on that broker's channel ("<name> <n> <fence>
+  -- <token> <ttl>"): that broker confirms the grant (EXTEND with the
+  -- fence), so a grant to a broker that died is free again after handoff
+  -- ms. It may answer its client before the confirmation: its first try
+  -- with the ticket ran before this script, so ttl counted from sending
+  -- that try is a lower bound of this lease.
+  if tok and b ~= broker and tonumber(ttl) > tonumber(handoff) then
+    ttl = handoff
+  end
+  local f = tok and next_fence(fence_key, t, ttl, c)
+  if type(f) == 'number' then
+    qdrop(queue_key, tickets_key, tk)
+    local n = qnum(tk)
+    redis.call('SET', lock_key, tok .. ' ' .. info, 'PX', ttl)
+    redis.call('DEL', writer_key)
+    -- FILL waiters elsewhere learn that their leader is done.
+    if marked then wake(waiting_key, channel, name, told) end
+    if b == broker then return {1, f, n, tok} end
+    redis.call('PUBLISH', to .. b, name .. ' ' .. n .. ' ' ..
+      int(f) .. ' ' .. tok .. ' ' .. ttl)
+    return {1, f, 0}
+  end
 end
--- When the first ticket is a reader's (SHARED or LIMIT), free name or
--- not, the brokers of the first readers' tickets are told "<name>" on
--- their channels and try (share.lua lets them in in the queue's order).
-if m and m ~= 'EXCLUSIVE' then
-  qwake(queue_key, tickets_key, brokers_key, now, m, broker, to, name)
-  tk = nil
-elseif not holds and redis.call('EXISTS', lock_key) == 1 then
-  -- (an exclusive holder's lock key is gone: deleted above)
-  tk = nil -- readers still hold it: the writer waits for the last
-end
-local tok, ttl, info = string.match(tk and d or '',
-  '^(%S+) (%d+) (.*)$')
-if tk and not tok then -- no data for it: it cannot be granted
-  redis.call('ZREM', queue_key, tk)
-end
--- A ticket of this broker gets its own ttl, counted by the broker from
--- before this release was sent; another broker's gets at most handoff
--- ms, and a message on that broker's channel ("<name> <n> <fence>
--- <token> <ttl>"): that broker confirms the grant (EXTEND with the
--- fence), so a grant to a broker that died is free again after handoff
--- ms. It may answer its client before the confirmation: its first try
--- with the ticket ran before this script, so ttl counted from sending
--- that try is a lower bound of this lease.
-if tok and b ~= broker and tonumber(ttl) > tonumber(handoff) then
-  ttl = handoff
-end
-local f = tok and next_fence(fence_key, t, ttl, c)
-if type(f) == 'number' then
-  qdrop(queue_key, tickets_key, tk)
-  local n = qnum(tk)
-  redis.call('SET', lock_key, tok .. ' ' .. info, 'PX', ttl)
-  redis.call('DEL', writer_key)
-  -- FILL waiters elsewhere learn that their leader is done.
-  if marked then wake(waiting_key, channel, name, told) end
-  if b == broker then return {1, f, n, tok} end
-  redis.call('PUBLISH', to .. b, name .. ' ' .. n .. ' ' ..
-    int(f) .. ' ' .. tok .. ' ' .. ttl)
-  return {1, f, 0}
-end
-return announce()
+-- With no ticket, the name is published to the brokers whose waiters
+-- marked it (:waiting) and were not told already.
+if marks then wake(waiting_key, channel, name, told) end
+return {1}

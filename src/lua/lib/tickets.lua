@@ -5,19 +5,34 @@
 -- "=last" -> when a broker last asked) that its broker's tries keep
 -- fresh. A ticket is "<broker>#<n>", n counting up in its broker; it is
 -- live while its broker's entry is and n is at least the least one its
--- broker last named (its earlier waiters there left). Needs now.lua and
--- fields.lua.
-
--- A ticket's broker and n (qnum: n as a number); a broker's entry's until
--- and least.
+-- broker last named (its earlier waiters there left). A live broker asks
+-- at least every live ms: when nobody asked for longer, Redis itself
+-- stood still (a pause, a slow disk) or every broker went, so every
+-- broker's time starts again from now rather than all dying at once.
+-- qhead forgets the dead tickets in front and gives the first live one
+-- and its broker, or nil (an empty queue has no time to start again:
+-- only the brokers of tickets in it matter); it reads the first ticket's
+-- broker's entry with "=last", in one HMGET. qtake puts ticket tk (data
+-- d) at the back if it is not queued yet, and keeps its broker's entry. The keys go two
+-- minutes (or ten live times) after the last ask. A ticket's mode is its
+-- WHO entry's first word (qmode): EXCLUSIVE, SHARED or LIMIT=<n>.
+-- qbefore says whether tk may be granted in mode m by the queue's order:
+-- the live tickets before it (among the first 32) all in m, and how many;
+-- nil when one in another mode is before it or it is further back.
+-- qwake tells the brokers of the first live tickets in the head's mode
+-- (up to 16; not broker self, which kicks its own queue) that they may
+-- try now: "<name>" on their channels. qdrop takes ticket tk (if any: ""
+-- is none) out of the queue, as a grant does. Needs now.lua and fields.lua.
+-- qlive(qb, tk, now, e): tk's broker if tk is live; e is that broker's
+-- entry if read already (false: none), nil to read it. qsplit(tk) is a
+-- ticket's broker and n, qnum(tk) its n as a number; qentry(e) a broker's
+-- entry's until and least.
 local function qsplit(tk) return string.match(tk, '^(.+)#(%d+)$') end
 local function qnum(tk)
   local _, n = qsplit(tk)
   return tonumber(n)
 end
 local function qentry(e) return string.match(e, '^(%d+) (%d+)$') end
--- tk's broker if tk is live; e is that broker's entry if read already
--- (false: none), nil to read it.
 local function qlive(qb, tk, now, e)
   local b, n = qsplit(tk)
   if e == nil then e = redis.call('HGET', qb, b or '') end
@@ -27,13 +42,6 @@ local function qlive(qb, tk, now, e)
   end
   return nil
 end
--- The first live ticket and its broker, or nil, the dead ones in front
--- forgotten; it reads the first ticket's broker's entry with "=last", in
--- one HMGET. A live broker asks at least every live ms: when nobody asked
--- for longer, Redis itself stood still (a pause, a slow disk) or every
--- broker went, so every broker's time starts again from now rather than
--- all dying at once (an empty queue has no time to start again: only the
--- brokers of tickets in it matter).
 local function qhead(q, qt, qb, now, live)
   local tk = redis.call('ZRANGE', q, 0, 0)[1]
   if not tk then return nil end
@@ -60,21 +68,15 @@ local function qhead(q, qt, qb, now, live)
     if not tk then return nil end
   end
 end
--- Ticket tk (if any: "" is none) out of the queue, as a grant does.
 local function qdrop(q, qt, tk)
   if tk ~= '' then
     redis.call('ZREM', q, tk)
     redis.call('HDEL', qt, tk)
   end
 end
--- A ticket's mode, its WHO entry's first word: EXCLUSIVE, SHARED or
--- LIMIT=<n>.
 local function qmode(qt, tk)
   return third(redis.call('HGET', qt, tk) or '')
 end
--- Whether tk may be granted in mode m by the queue's order: the live
--- tickets before it (among the first 32) all in m, and how many; nil when
--- one in another mode is before it or it is further back.
 local function qbefore(q, qt, qb, now, tk, m)
   local k = 0
   for _, t in ipairs(redis.call('ZRANGE', q, 0, 31)) do
@@ -86,9 +88,6 @@ local function qbefore(q, qt, qb, now, tk, m)
   end
   return nil
 end
--- Tell the brokers of the first live tickets in the head's mode (up to
--- 16; not broker self, which kicks its own queue) that they may try now:
--- "<name>" on their channels.
 local function qwake(q, qt, qb, now, m, self, prefix, name)
   local told = {}
   for _, t in ipairs(redis.call('ZRANGE', q, 0, 15)) do
@@ -102,9 +101,6 @@ local function qwake(q, qt, qb, now, m, self, prefix, name)
     end
   end
 end
--- Ticket tk (data d) at the back if it is not queued yet, and its
--- broker's entry kept fresh. The keys go two minutes (or ten live times)
--- after the last ask.
 local function qtake(q, qt, qb, tk, d, least, live, now)
   if not redis.call('ZSCORE', q, tk) then
     local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
