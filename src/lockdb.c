@@ -24,9 +24,7 @@
  * (lua_scripts.h, made by src/lua/embed.py). A script is passed the lock
  * key "<prefix>{<name>}" and the keys of no name "<prefix><word>" its
  * KEYS line declares; it names the name's other keys as the lock key and
- * their suffix itself. Its arguments are filled by name: args[LUA_X_ARG_A]
- * is argument a of x.lua's ARGV line, and every one of its LUA_X_ARGC
- * must be set.
+ * their suffix itself.
  */
 #define LOCKDB_KEYS_MAX 4 /* passed keys of one script */
 
@@ -34,21 +32,18 @@ struct lockdb_script {
 	struct redisc_script rs;
 	int nkeys;
 	const char *keys[LOCKDB_KEYS_MAX];
-	int nargs;
 };
 
 #define LOCKDB_SCRIPT(x, X)                                                    \
 	static struct lockdb_script lockdb_lua_##x = {                         \
 		{ LUA_##X##_FILE, LUA_##X##_BODY, "" }, LUA_##X##_NKEYS,       \
-		LUA_##X##_KEYS, LUA_##X##_ARGC                                 \
+		LUA_##X##_KEYS                                                 \
 	}
 
 LOCKDB_SCRIPT(acquire, ACQUIRE);
 LOCKDB_SCRIPT(share, SHARE);
 LOCKDB_SCRIPT(release, RELEASE);
 LOCKDB_SCRIPT(blind_release, BLIND_RELEASE); /* CHAOS_BLIND_RELEASE */
-_Static_assert(LUA_BLIND_RELEASE_ARGC == LUA_RELEASE_ARGC,
-    "blind_release.lua takes release.lua's arguments");
 LOCKDB_SCRIPT(cancel, CANCEL);
 LOCKDB_SCRIPT(extend, EXTEND);
 LOCKDB_SCRIPT(status, STATUS);
@@ -647,14 +642,14 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 
 /*
  * The script's passed keys (docs/protocol.md §8: the lock key, "", and
- * the keys of no name, "/<word>", as embed.py's passed()) and its
- * arguments, args[LUA_X_ARG_A] for each a of its ARGV line.
+ * the keys of no name, "/<word>", as embed.py's passed()) and nargs
+ * arguments.
  */
 static void
 lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
-    const char *const *args, lockdb_cb *cb, void *arg)
+    int nargs, const char *const *args, lockdb_cb *cb, void *arg)
 {
-	int nkeys = script->nkeys, nargs = script->nargs;
+	int nkeys = script->nkeys;
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
 	/* redis.prefix is at most 64 bytes, a name 200. */
@@ -692,57 +687,22 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {
-		if (args[i] == NULL)
-			fatalx("lockdb: %s's argument %d is not set",
-			    script->rs.name, i + 1);
 		lens[n] = strlen(args[i]);
 		argv[n++] = args[i];
 	}
 	redisc_eval(&script->rs, nkeys, n, argv, lens, lockdb_reply_cb, req);
 }
 
-/* share.lua's ACQUIRE ... SHARED or LIMIT n, the rest as acquire's. */
-static void
-lockdb_share(const char *name, const struct lockdb_ask *a, const char *ttl,
-    const char *mark, const char *ticket, const char *least, lockdb_cb *cb,
-    void *arg)
-{
-	char n[UTIL_U64_LEN], mode[UTIL_U64_LEN + 6], *p = mode;
-	const char *args[LUA_SHARE_ARGC] = {
-		[LUA_SHARE_ARG_TOKEN] = a->token,
-		[LUA_SHARE_ARG_TTL] = ttl,
-		[LUA_SHARE_ARG_MARK] = mark,
-		[LUA_SHARE_ARG_INFO] = a->info,
-		[LUA_SHARE_ARG_MODE] = mode,
-		[LUA_SHARE_ARG_LIMIT] = n,
-		[LUA_SHARE_ARG_CHANNEL] = ldb.channel,
-		[LUA_SHARE_ARG_NAME] = name,
-		[LUA_SHARE_ARG_INCARNATION] = ldb.inc,
-		[LUA_SHARE_ARG_RUN_ID] = ldb.runid,
-		[LUA_SHARE_ARG_TICKET] = ticket,
-		[LUA_SHARE_ARG_LEAST] = least,
-		[LUA_SHARE_ARG_LIVE] = ldb.live,
-	};
-
-	if (a->mode == LDB_SHARED) {
-		util_cat(&p, mode + sizeof mode, "SHARED");
-	} else {
-		util_cat(&p, mode + sizeof mode, "LIMIT=");
-		util_cat_u64(&p, mode + sizeof mode, a->limit);
-	}
-	util_u64str(n,
-	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
-								  : 0);
-	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, args, cb, arg);
-}
-
 void
 lockdb_acquire(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
-	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], watch[UTIL_U64_LEN];
-	char least[UTIL_U64_LEN];
+	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], n[UTIL_U64_LEN];
+	char watch[UTIL_U64_LEN], mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
 	char ticket[sizeof ldb.mine], *p = ticket;
+	const char *args[14] = { a->token, ttl, mark, a->info, mode, n,
+		a->clear_writer ? "1" : "0", ldb.channel, name, ticket, least,
+		ldb.live, ldb.inc, ldb.runid };
 
 	/* No printf on the request path (issue 16): util_u64str. */
 	util_u64str(ttl, a->ttl_ms + ldb.step_ms);
@@ -755,29 +715,31 @@ lockdb_acquire(
 	}
 	util_u64str(least, a->least);
 	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL) {
-		const char *args[LUA_ACQUIRE_ARGC] = {
-			[LUA_ACQUIRE_ARG_TOKEN] = a->token,
-			[LUA_ACQUIRE_ARG_TTL] = ttl,
-			[LUA_ACQUIRE_ARG_MARK] = mark,
-			[LUA_ACQUIRE_ARG_INFO] = a->info,
-			[LUA_ACQUIRE_ARG_FILL] = a->mode == LDB_FILL ? "1" : "0",
-			[LUA_ACQUIRE_ARG_WATCH] = watch,
-			[LUA_ACQUIRE_ARG_CLEAR] = a->clear_writer ? "1" : "0",
-			[LUA_ACQUIRE_ARG_CHANNEL] = ldb.channel,
-			[LUA_ACQUIRE_ARG_NAME] = name,
-			[LUA_ACQUIRE_ARG_TICKET] = ticket,
-			[LUA_ACQUIRE_ARG_LEAST] = least,
-			[LUA_ACQUIRE_ARG_LIVE] = ldb.live,
-			[LUA_ACQUIRE_ARG_INCARNATION] = ldb.inc,
-			[LUA_ACQUIRE_ARG_RUN_ID] = ldb.runid,
-		};
-
+		args[4] = a->mode == LDB_FILL ? "1" : "0";
 		util_u64str(watch, a->watch);
-		lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire, name, args, cb,
-		    arg);
+		args[5] = watch;
+		lockdb_send(
+		    LDB_ACQUIRE, &lockdb_lua_acquire, name, 14, args, cb, arg);
 		return;
 	}
-	lockdb_share(name, a, ttl, mark, ticket, least, cb, arg);
+	p = mode;
+	if (a->mode == LDB_SHARED) {
+		util_cat(&p, mode + sizeof mode, "SHARED");
+	} else {
+		util_cat(&p, mode + sizeof mode, "LIMIT=");
+		util_cat_u64(&p, mode + sizeof mode, a->limit);
+	}
+	util_u64str(n,
+	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
+								  : 0);
+	args[6] = ldb.channel;
+	args[7] = name;
+	args[8] = ldb.inc;
+	args[9] = ldb.runid;
+	args[10] = ticket;
+	args[11] = least;
+	args[12] = ldb.live;
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, 13, args, cb, arg);
 }
 
 void
@@ -786,27 +748,15 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 {
 	static const char *const marks[] = { "0", "1", "2" };
 	char ms[UTIL_U64_LEN], f[UTIL_U64_LEN];
-	const char *args[LUA_RELEASE_ARGC] = {
-		[LUA_RELEASE_ARG_TOKEN] = token,
-		[LUA_RELEASE_ARG_CHANNEL] = ldb.channel,
-		[LUA_RELEASE_ARG_NAME] = name,
-		[LUA_RELEASE_ARG_DONE] = marks[done],
-		[LUA_RELEASE_ARG_DONE_MS] = ms,
-		[LUA_RELEASE_ARG_FENCE] = f,
-		[LUA_RELEASE_ARG_BROKER] = ldb.broker,
-		[LUA_RELEASE_ARG_HANDOFF] = ldb.handoff,
-		[LUA_RELEASE_ARG_TO] = ldb.to,
-		[LUA_RELEASE_ARG_LIVE] = ldb.live,
-		[LUA_RELEASE_ARG_INCARNATION] = ldb.inc,
-		[LUA_RELEASE_ARG_RUN_ID] = ldb.runid,
-	};
+	const char *args[12] = { token, ldb.channel, name, marks[done], ms, f,
+		ldb.broker, ldb.handoff, ldb.to, ldb.live, ldb.inc, ldb.runid };
 
 	util_u64str(ms, done_ms > 0 ? done_ms : 1);
 	util_u64str(f, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,
-	    name, args, cb, arg);
+	    name, 12, args, cb, arg);
 }
 
 static void
@@ -820,11 +770,11 @@ void
 lockdb_cancel(const char *name, uint64_t ticket)
 {
 	char tk[sizeof ldb.mine];
-	const char *args[LUA_CANCEL_ARGC] = { [LUA_CANCEL_ARG_TICKET] = tk };
+	const char *args[1] = { tk };
 
 	snprintf(tk, sizeof tk, "%s#%" PRIu64, ldb.broker, ticket);
-	lockdb_send(
-	    LDB_CANCEL, &lockdb_lua_cancel, name, args, lockdb_cancel_cb, NULL);
+	lockdb_send(LDB_CANCEL, &lockdb_lua_cancel, name, 1, args,
+	    lockdb_cancel_cb, NULL);
 }
 
 /* extend.lua with the lease in Redis as given (ms). */
@@ -833,20 +783,12 @@ lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
     lockdb_cb *cb, void *arg)
 {
 	char ttl[UTIL_U64_LEN], f[UTIL_U64_LEN];
-	const char *args[LUA_EXTEND_ARGC] = {
-		[LUA_EXTEND_ARG_TOKEN] = token,
-		[LUA_EXTEND_ARG_TTL] = ttl,
-		[LUA_EXTEND_ARG_FENCE] = f,
-		[LUA_EXTEND_ARG_BROKER] = ldb.broker,
-		[LUA_EXTEND_ARG_CHANNEL] = ldb.channel,
-		[LUA_EXTEND_ARG_NAME] = name,
-		[LUA_EXTEND_ARG_INCARNATION] = ldb.inc,
-		[LUA_EXTEND_ARG_RUN_ID] = ldb.runid,
-	};
+	const char *args[8] = { token, ttl, f, ldb.broker, ldb.channel, name,
+		ldb.inc, ldb.runid };
 
 	util_u64str(ttl, ms);
 	util_u64str(f, fence);
-	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, args, cb, arg);
+	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, 8, args, cb, arg);
 }
 
 void
@@ -868,20 +810,16 @@ lockdb_status(const char *name, uint64_t fence, const char *token,
     lockdb_cb *cb, void *arg)
 {
 	char f[24];
-	const char *args[LUA_STATUS_ARGC] = {
-		[LUA_STATUS_ARG_FENCE] = f,
-		[LUA_STATUS_ARG_TOKEN] = token != NULL ? token : "",
-		[LUA_STATUS_ARG_INCARNATION] = ldb.inc,
-	};
+	const char *args[3] = { f, token != NULL ? token : "", ldb.inc };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, args, cb, arg);
+	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, 3, args, cb, arg);
 }
 
 void
 lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 {
-	lockdb_send(LDB_WHO, &lockdb_lua_who, name, NULL, cb, arg);
+	lockdb_send(LDB_WHO, &lockdb_lua_who, name, 0, NULL, cb, arg);
 }
 
 void
@@ -889,34 +827,23 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
 	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
-	const char *args[LUA_CHECK_ARGC] = {
-		[LUA_CHECK_ARG_TOKEN] = token,
-		[LUA_CHECK_ARG_FENCE] = f,
-		[LUA_CHECK_ARG_TTL] = ttl,
-		[LUA_CHECK_ARG_VALUE] = value,
-		[LUA_CHECK_ARG_INCARNATION] = ldb.inc,
-		[LUA_CHECK_ARG_RUN_ID] = ldb.runid,
-	};
+	const char *args[6] = { token, f, ttl, value, ldb.inc, ldb.runid };
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	snprintf(ttl, sizeof ttl, "%" PRIu64,
 	    info != NULL && restore_ms > 0 ? restore_ms + ldb.step_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
-	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, args, cb, arg);
+	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, 6, args, cb, arg);
 }
 
 void
 lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 {
 	char keep[24];
-	const char *args[LUA_REVOKE_ARGC] = {
-		[LUA_REVOKE_ARG_CHANNEL] = ldb.channel,
-		[LUA_REVOKE_ARG_NAME] = name,
-		[LUA_REVOKE_ARG_REVOKED_MS] = keep,
-	};
+	const char *args[3] = { ldb.channel, name, keep };
 
 	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
-	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, args, cb, arg);
+	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, 3, args, cb, arg);
 }
 
 /*
@@ -997,19 +924,13 @@ void
 lockdb_incarnation(void)
 {
 	char key[160];
-	/* Its one key, then its arguments. */
-	const char *argv[1 + LUA_INCARNATION_ARGC] = {
-		key,
-		[1 + LUA_INCARNATION_ARG_RUN_ID] = ldb.runid,
-		[1 + LUA_INCARNATION_ARG_GRACE] = ldb.grace,
-		[1 + LUA_INCARNATION_ARG_EVICTIONS] = ldb.allow_eviction ||
-			ldb.quiet || chaos_fault == CHAOS_NO_EVICTION_CHECK
+	const char *argv[6] = { key, ldb.runid, ldb.grace,
+		ldb.allow_eviction || ldb.quiet ||
+			chaos_fault == CHAOS_NO_EVICTION_CHECK
 		    ? "0"
 		    : "1",
-		[1 + LUA_INCARNATION_ARG_SKEW] = ldb.skew,
-		[1 + LUA_INCARNATION_ARG_KNOWN] = ldb.inc,
-	};
-	size_t lens[1 + LUA_INCARNATION_ARGC];
+		ldb.skew, ldb.inc };
+	size_t lens[6];
 	uint64_t *sent;
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
@@ -1023,12 +944,11 @@ lockdb_incarnation(void)
 	ldb.asking = true;
 	snprintf(key, sizeof key, "%s%s", ldb.prefix,
 	    lockdb_lua_incarnation.keys[0] + 1);
-	for (int i = 0; i < 1 + LUA_INCARNATION_ARGC; i++)
+	for (int i = 0; i < 6; i++)
 		lens[i] = strlen(argv[i]);
 	sent = xmalloc(sizeof *sent);
 	*sent = mono_ms();
-	redisc_eval(&lockdb_lua_incarnation.rs, 1, 1 + LUA_INCARNATION_ARGC,
-	    argv, lens,
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 6, argv, lens,
 	    lockdb_incarnation_cb, sent);
 }
 

@@ -9,8 +9,9 @@
 -- saves is what a call costs besides its script's commands: the EVALSHA,
 -- the argument tables Redis makes, the functions of lib/ made again at
 -- each call (here once), and the incarnation gate's HMGET and TIME (here
--- once for the calls that ask it the same: lib/gate.lua). A call whose
--- commands raise an error
+-- once for the calls that ask it the same: nothing a call does changes
+-- the marker, and a grant's fence from that TIME is still the counter + 1
+-- when two calls grant one name). A call whose commands raise an error
 -- (a key of another type) has that error as its reply, and a Lua error
 -- names the line of this text as Redis runs it (embed.py's expand()),
 -- not of its script; the calls after it still run. The broker sends one
@@ -20,21 +21,26 @@
 -- KEYS: lock /incarnation
 --   (KEYS[1..n]: each call's lock key; then the keys of no name its
 --   script is passed, the same for every call)
--- ARGV: n
+-- ARGV: n (how many calls), then for each call: its script (1: acquire,
+--   2: release, 3: check), how many arguments it has, and those arguments
 -- Returns one reply for each call, in order.
 
-local n = tonumber(ARGV[1]) -- how many calls
-local argv = ARGV -- after n, for each call: its script (1: acquire, 2:
-                  -- release, 3: check), how many arguments it has, and
-                  -- those arguments
-
+local n = tonumber(ARGV[1])
 -- wrap acquire.lua as acquire
 -- wrap release.lua as release
 -- wrap check.lua as check
 local scripts = {acquire, release, check}
+local seen, once = nil, gate
+gate = function(k, inc, rid)
+  if not (seen and seen[1] == k and seen[2] == inc and seen[3] == rid) then
+    local closed, clock = once(k, inc, rid)
+    seen = {k, inc, rid, closed, clock}
+  end
+  return seen[4], seen[5]
+end
 local out, p = {}, 2
 for i = 1, n do
-  local ok, r = pcall(scripts[tonumber(argv[p])], i, p + 1)
+  local ok, r = pcall(scripts[tonumber(ARGV[p])], i, p + 1)
   if not ok and type(r) ~= 'table' then
     -- A command's error as it is ("OOM ..."); a Lua error's line is ours.
     local e = tostring(r)
@@ -45,6 +51,6 @@ for i = 1, n do
     r = redis.error_reply(e)
   end
   out[i] = r
-  p = p + 2 + tonumber(argv[p + 1])
+  p = p + 2 + tonumber(ARGV[p + 1])
 end
 return out

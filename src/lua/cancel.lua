@@ -6,10 +6,6 @@
 -- ARGV: ticket
 -- Returns 1 if the ticket was queued, else 0.
 
-local queue_key = KEYS[2]
-local tickets_key = KEYS[3]
-local ticket = ARGV[1]
-
-local n = redis.call('ZREM', queue_key, ticket)
-redis.call('HDEL', tickets_key, ticket)
+local n = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return n

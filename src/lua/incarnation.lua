@@ -1,50 +1,64 @@
 #!lua
 -- incarnation: which incarnation of the lock data this Redis serves, and
 -- whether grants must wait (docs/protocol.md §8, "When Redis forgets").
+--
 -- The marker is a hash: id (Redis's TIME in microseconds when it was
 -- made), runid (the run_id of the Redis process it was last confirmed on)
--- and grace (ms on TIME's clock until which nothing is granted).
+-- and grace (ms on TIME's clock until which nothing is granted). It is
+-- made anew when it is missing (a first start, FLUSHALL, a restart without
+-- persistence, eviction) or when another Redis process serves it than the
+-- one that last did (a failover, a restart): what that Redis has may be
+-- older than what was granted. Then every grant waits grace ms (at least
+-- the longest a broker trusts its holds without hearing this marker, and
+-- the time a master cut off from its replicas goes on taking writes), and
+-- brokers put their holds back meanwhile (check.lua). The first line
+-- flags the script (no flags) as one that may write, which a master that
+-- min-replicas-to-write stops refuses (NOREPLICAS) whatever it does: such
+-- a master vouches for nothing, and a beat that finds all as it was
+-- writes nothing (a thousand idle brokers' beats cost no AOF).
 --
--- The first line flags the script (no flags) as one that may write, which
--- a master that min-replicas-to-write stops refuses (NOREPLICAS) whatever
--- it does: such a master vouches for nothing, and a beat that finds all
--- as it was writes nothing (a thousand idle brokers' beats cost no AOF).
---
--- KEYS: /incarnation
--- ARGV: run_id grace evictions skew known
--- Returns {id, ms of the grace period left, 1 if made now else 0, need,
---   Redis's time in ms, evicted_keys or -1} (by that time the broker sees
---   whether Redis's clock ran ahead of its own: a step that ends keys
---   early).
-
-local incarnation_key = KEYS[1]
-local run_id = ARGV[1]      -- "" when the broker may not read it
-local grace = ARGV[2]       -- ms
-local evictions = ARGV[3]   -- 1: look at evicted_keys, 0: not
-local skew = ARGV[4]        -- ms
-local known = ARGV[5]       -- the id of the incarnation the broker knows,
-                            -- "" for none
-
--- include now.lua
-
-local t = redis.call('TIME')
-local now = now_ms(t)
-local m = redis.call('HMGET', incarnation_key, 'id', 'runid', 'grace',
-  'need', 'evicted')
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker
 -- that is still there waits at least that long, and each answer says it:
 -- a broker that trusts its holds longer than the grace period others make
 -- can see them granted (docs/operations.md, When Redis forgets).
-local need = math.max(tonumber(m[4] or '0') or 0, tonumber(grace))
+--
 -- Eviction loses keys as a failover does, but in the same Redis process:
 -- the marker remembers Redis's evicted_keys (INFO stats) as evicted, and a
 -- count that moved since (up, or reset to above zero) makes a new
 -- incarnation too, even if the policy is back to noeviction by now. A
 -- broker that allows eviction (redis.allow_eviction) does not ask, nor
 -- does one whose Redis user may not run INFO (the count is then -1).
+--
+-- A broker that knew a later incarnation than the marker's (known, its
+-- id) followed the master to another Redis and back, as a failover that
+-- Sentinel undid, or two Redis that both acted as masters for a while,
+-- can make it do: this marker may have missed what was granted under
+-- the one it knew, so a new incarnation is made. Each broker does so
+-- once at most: the new id is later than anything it knew.
+--
+-- The id is Redis's TIME in microseconds plus skew ms: a grant from before
+-- the incarnation (its fence below the id) is a leftover unless a broker
+-- found it held (lib/leftover.lua), and the host that made the id may
+-- run behind the one that granted by up to skew (redis.clock_step_ms).
+-- No grant in it takes a fence below the id (lib/gate.lua).
+--
+-- KEYS: /incarnation
+-- ARGV: run_id ("" when the broker may not read it), grace (ms), evictions
+--   (1: look at evicted_keys, 0: not), skew (ms), known (the id of the
+--   incarnation the broker knows, "" for none)
+-- Returns {id, ms of the grace period left, 1 if made now else 0, need,
+--   Redis's time in ms, evicted_keys or -1} (by that time the broker sees
+--   whether Redis's clock ran ahead of its own: a step that ends keys
+--   early).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace', 'need',
+  'evicted')
+local need = math.max(tonumber(m[4] or '0') or 0, tonumber(ARGV[2]))
 local ev = -1
-if evictions == '1' then
+if ARGV[3] == '1' then
   local s = redis.pcall('INFO', 'stats')
   if type(s) == 'string' then
     ev = tonumber(string.match(s, 'evicted_keys:(%d+)') or '-1')
@@ -52,42 +66,23 @@ if evictions == '1' then
 end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
--- A broker that knew a later incarnation than the marker's (known, its
--- id) followed the master to another Redis and back, as a failover that
--- Sentinel undid, or two Redis that both acted as masters for a while,
--- can make it do: this marker may have missed what was granted under
--- the one it knew, so a new incarnation is made. Each broker does so
--- once at most: the new id is later than anything it knew.
-local older = (tonumber(m[1] or '') or 0) < (tonumber(known or '') or 0)
-if m[1] and (m[2] == run_id or run_id == '') and not evicted and
+local older = (tonumber(m[1] or '') or 0) < (tonumber(ARGV[5] or '') or 0)
+if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted and
     not older then
   if need ~= tonumber(m[4] or '') then
-    redis.call('HSET', incarnation_key, 'need', int(need))
+    redis.call('HSET', KEYS[1], 'need', string.format('%d', need))
   end
   if ev >= 0 and ev ~= was then
-    redis.call('HSET', incarnation_key, 'evicted', int(ev))
+    redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
   end
   return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now, ev}
 end
--- A new incarnation when the marker is missing (a first start, FLUSHALL, a
--- restart without persistence, eviction) or when another Redis process
--- serves it than the one that last did (a failover, a restart): what that
--- Redis has may be older than what was granted. Then every grant waits
--- grace ms (at least the longest a broker trusts its holds without
--- hearing this marker, and the time a master cut off from its replicas
--- goes on taking writes), and brokers put their holds back meanwhile
--- (check.lua).
---
--- The id is Redis's TIME in microseconds plus skew ms: a grant from before
--- the incarnation (its fence below the id) is a leftover unless a broker
--- found it held (lib/leftover.lua), and the host that made the id may
--- run behind the one that granted by up to skew (redis.clock_step_ms).
--- No grant in it takes a fence below the id (lib/gate.lua).
-local id = int(now_us(t) + tonumber(skew) * 1000)
-redis.call('DEL', incarnation_key)  -- and the old one's marks of kept grants
-redis.call('HSET', incarnation_key, 'id', id, 'runid', run_id, 'grace',
-  int(now + need), 'need', int(need))
+local id = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) +
+  tonumber(ARGV[4]) * 1000)
+redis.call('DEL', KEYS[1])  -- and the old one's marks of kept grants
+redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
+  string.format('%d', now + need), 'need', string.format('%d', need))
 if ev >= 0 then
-  redis.call('HSET', incarnation_key, 'evicted', int(ev))
+  redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
 end
 return {id, need, 1, need, now, ev}

@@ -8,11 +8,11 @@
 -- numbers, and a counter at or above 2^53 is refused, as one that is not
 -- an integer is. fence_of(k, t) reads the counter and gives the next
 -- fence without writing it; next_fence(k, t, ttl) also writes it back
--- with one SET that keeps it (remember(); a plain grant in acquire.lua
--- calls it itself): the counter is only needed while a grant may still be
+-- with one SET that keeps it (a plain grant in acquire.lua writes it
+-- itself, as here): the counter is only needed while a grant may still be
 -- compared with it, so it lives keep_ms() past the lease ttl (ms) just
--- set (lib/keep.lua; a release, renewal and VALIDATE may read it; a
--- renewal keeps it as long),
+-- set (lib/keep.lua: ten minutes; a
+-- release, renewal and VALIDATE may read it; a renewal keeps it as long),
 -- and the names nobody uses any more leave nothing in Redis; a counter
 -- gone gives the clock's fence, above it by then. t: a TIME this script
 -- read already (the clock only has to be read in the same script as the
@@ -20,7 +20,7 @@
 -- (false: none), or nil. Both return the fence, or an error reply, having
 -- changed nothing else; fence_of also returns the counter's value it read.
 -- A fence is never below t's third element, the incarnation's id when the
--- gate read t (lib/gate.lua). Needs keep.lua and now.lua.
+-- gate read t (lib/gate.lua).
 local function fence_of(k, t, c)
   if c == nil then c = redis.pcall('GET', k) end
   if type(c) == 'table' then return c end
@@ -32,7 +32,7 @@ local function fence_of(k, t, c)
     end
   end
   t = t or redis.call('TIME')
-  local f, now = n + 1, now_us(t)
+  local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
   -- (the chaos build's no_clock_fence variant patches out these words)
   if f < now then f = now end
   if t[3] and f < t[3] then f = t[3] end
@@ -42,27 +42,19 @@ end
 -- put-back sets its expiry keep_ms() past the lease it sets (shared
 -- holders': past the longest, lib/holders.lua), and a release or REVOKE
 -- sets it to half that (so that Redis's clock stepped back by up to that
--- much does not make a lease seem to run again). remembered(k) is the ms
--- of lease the counter k remembers (0: none): an exclusive grant's lock key
+-- much does not make a lease seem to run again). remembered(k) is the ms of lease
+-- the counter k remembers (0: none): an exclusive grant's lock key
 -- deleted or renamed by hand while its lease runs does not free the name
 -- (acquire.lua, share.lua), and its holder's broker puts it back
--- (check.lua). remember(k, ttl, v) makes counter k remember a lease of
--- ttl ms from now (v: its value to set, else kept) and gives Redis's
--- reply; forget(k) says no lease is left.
+-- (check.lua).
 local function remembered(k)
   return math.max(0, redis.call('PTTL', k) - keep_ms())
 end
-local function remember(k, ttl, v)
-  if v then
-    return redis.call('SET', k, v, 'PX', tonumber(ttl) + keep_ms())
-  end
-  return redis.call('PEXPIRE', k, tonumber(ttl) + keep_ms())
-end
-local function forget(k)
-  redis.call('PEXPIRE', k, keep_ms() / 2)
-end
 local function next_fence(k, t, ttl, c)
   local f = fence_of(k, t, c)
-  if type(f) == 'number' then remember(k, ttl, int(f)) end
+  if type(f) == 'number' then
+    redis.call('SET', k, string.format('%d', f), 'PX',
+      tonumber(ttl) + keep_ms())
+  end
   return f
 end

@@ -1,7 +1,6 @@
 -- Whether the broker that stored a holder's entry ("<token or fence>
 -- <mode> <broker> ..."; "*" once brokers share it) is not broker b: holds
 -- of the grant on other brokers must then hear of what b does to it.
--- Needs fields.lua.
 local function foreign(e, b)
-  return third(e or '') ~= b
+  return string.match(e or '', '^%S+ %S+ (%S+)') ~= b
 end

@@ -7,9 +7,9 @@
 -- running), and the fence counter f remember it keep_ms() past that
 -- (lib/fence.lua's remembered). Needs now.lua.
 local function prune(l, h, who, now)
-  local old = redis.call('ZRANGEBYSCORE', h, '-inf', int(now))
+  local old = redis.call('ZRANGEBYSCORE', h, '-inf', ms(now))
   for _, t in ipairs(old) do redis.call('HDEL', who, t) end
-  if #old > 0 then redis.call('ZREMRANGEBYSCORE', h, '-inf', int(now)) end
+  if #old > 0 then redis.call('ZREMRANGEBYSCORE', h, '-inf', ms(now)) end
   local n = redis.call('ZCARD', h)
   if n == 0 then
     if #old > 0 then redis.call('DEL', who) end
@@ -19,7 +19,7 @@ local function prune(l, h, who, now)
 end
 local function stretch(l, h, who, now, f)
   local top = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
-  local at = int(tonumber(top[2]) + 1)
+  local at = ms(tonumber(top[2]) + 1)
   redis.call('SET', l, '=shared', 'PXAT', at)
   redis.call('PEXPIREAT', h, at)
   redis.call('PEXPIREAT', who, at)

@@ -1,9 +1,7 @@
--- The lock key k holds "<token> <WHO entry>" for an exclusive holder (or,
--- from an older broker, just "<token>"), or "=shared" while shared
--- holders hold the name: held(k, t) is its value and whether it is token
--- t's.
-local function held(k, t)
-  local v = redis.call('GET', k)
-  return v, v == t or (type(v) == 'string' and
-    string.sub(v, 1, #t + 1) == t .. ' ')
-end
+-- The lock key (KEYS[1]) holds "<token> <WHO entry>" for an exclusive
+-- holder (or, from an older broker, just "<token>"), or "=shared" while
+-- shared holders hold the name: v is its value, holds whether it is the
+-- token's (ARGV[1]).
+local v, t = redis.call('GET', KEYS[1]), ARGV[1]
+local holds = v == t or (type(v) == 'string' and
+  string.sub(v, 1, #t + 1) == t .. ' ')

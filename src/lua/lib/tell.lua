@@ -9,11 +9,10 @@
 -- told) publishes msg to each broker of f but actor, or on ch when f is
 -- unknown; told (a table) gets the brokers told. wake(w, ch, name, told)
 -- publishes name to each broker whose waiter marked :waiting (w: broker
--- -> until, ms on TIME's clock) and is not in told. Needs now.lua.
-local function brokers(f) return string.gmatch(f, '[^,]+') end
+-- -> until, ms on TIME's clock) and is not in told.
 local function joined(f, b)
   if not f or f == '?' then return '?' end
-  for x in brokers(f) do
+  for x in string.gmatch(f, '[^,]+') do
     if x == b then return f end
   end
   return f .. ',' .. b
@@ -24,7 +23,7 @@ local function tell(ch, f, actor, msg, told)
     return
   end
   local to = string.sub(ch, 1, -9) .. 'to:'
-  for b in brokers(f) do
+  for b in string.gmatch(f, '[^,]+') do
     if b ~= actor and not told[b] then
       redis.call('PUBLISH', to .. b, msg)
       told[b] = true
@@ -34,7 +33,8 @@ end
 local function wake(w, ch, name, told)
   local m = redis.call('HGETALL', w)
   if #m == 0 then return end
-  local now = now_ms()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for i = 1, #m, 2 do
     if (tonumber(m[i + 1]) or 0) > now then tell(ch, m[i], '', name, told) end
   end

@@ -12,8 +12,8 @@
 -- qhead forgets the dead tickets in front and gives the first live one
 -- and its broker, or nil (an empty queue has no time to start again:
 -- only the brokers of tickets in it matter); it reads the first ticket's
--- broker's entry with "=last", in one HMGET. qtake puts ticket tk (data
--- d) at the back if it is not queued yet, and keeps its broker's entry. The keys go two
+-- broker's entry with "=last", in one HMGET. qtake puts ticket tk (data d) at the back if it
+-- is not queued yet, and keeps its broker's entry. The keys go two
 -- minutes (or ten live times) after the last ask. A ticket's mode is its
 -- WHO entry's first word (qmode): EXCLUSIVE, SHARED or LIMIT=<n>.
 -- qbefore says whether tk may be granted in mode m by the queue's order:
@@ -22,21 +22,13 @@
 -- qwake tells the brokers of the first live tickets in the head's mode
 -- (up to 16; not broker self, which kicks its own queue) that they may
 -- try now: "<name>" on their channels. qdrop takes ticket tk (if any: ""
--- is none) out of the queue, as a grant does. Needs now.lua and fields.lua.
+-- is none) out of the queue, as a grant does. Needs now.lua.
 -- qlive(qb, tk, now, e): tk's broker if tk is live; e is that broker's
--- entry if read already (false: none), nil to read it. qsplit(tk) is a
--- ticket's broker and n, qnum(tk) its n as a number; qentry(e) a broker's
--- entry's until and least.
-local function qsplit(tk) return string.match(tk, '^(.+)#(%d+)$') end
-local function qnum(tk)
-  local _, n = qsplit(tk)
-  return tonumber(n)
-end
-local function qentry(e) return string.match(e, '^(%d+) (%d+)$') end
+-- entry if read already (false: none), nil to read it.
 local function qlive(qb, tk, now, e)
-  local b, n = qsplit(tk)
+  local b, n = string.match(tk, '^(.+)#(%d+)$')
   if e == nil then e = redis.call('HGET', qb, b or '') end
-  local til, least = qentry(e or '')
+  local til, least = string.match(e or '', '^(%d+) (%d+)$')
   if til and tonumber(til) > now and tonumber(n) >= tonumber(least) then
     return b
   end
@@ -45,18 +37,19 @@ end
 local function qhead(q, qt, qb, now, live)
   local tk = redis.call('ZRANGE', q, 0, 0)[1]
   if not tk then return nil end
-  local e = redis.call('HMGET', qb, '=last', qsplit(tk) or '')
+  local e = redis.call('HMGET', qb, '=last',
+    string.match(tk, '^(.+)#%d+$') or '')
   local last = tonumber(e[1] or '')
   if last and now - last > tonumber(live) then
     local all = redis.call('HGETALL', qb)
     for i = 1, #all, 2 do
-      local til, least = qentry(all[i + 1])
+      local til, least = string.match(all[i + 1], '^(%d+) (%d+)$')
       if til then
         redis.call('HSET', qb, all[i],
-          int(tonumber(til) + now - last) .. ' ' .. least)
+          ms(tonumber(til) + now - last) .. ' ' .. least)
       end
     end
-    redis.call('HSET', qb, '=last', int(now))
+    redis.call('HSET', qb, '=last', ms(now))
     e = {}
   end
   while true do
@@ -75,7 +68,7 @@ local function qdrop(q, qt, tk)
   end
 end
 local function qmode(qt, tk)
-  return third(redis.call('HGET', qt, tk) or '')
+  return string.match(redis.call('HGET', qt, tk) or '', '^%S+ %S+ (%S+)')
 end
 local function qbefore(q, qt, qb, now, tk, m)
   local k = 0
@@ -107,8 +100,8 @@ local function qtake(q, qt, qb, tk, d, least, live, now)
     redis.call('ZADD', q, (tonumber(last[2]) or 0) + 1, tk)
     redis.call('HSET', qt, tk, d)
   end
-  redis.call('HSET', qb, (qsplit(tk)),
-    int(now + tonumber(live)) .. ' ' .. least, '=last', int(now))
+  redis.call('HSET', qb, string.match(tk, '^(.+)#'),
+    ms(now + tonumber(live)) .. ' ' .. least, '=last', ms(now))
   local keep = math.max(10 * tonumber(live), 120000)
   redis.call('PEXPIRE', q, keep)
   redis.call('PEXPIRE', qt, keep)
