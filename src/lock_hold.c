@@ -748,16 +748,19 @@ lockhold_confirm_name(struct lock_name *ln, void *arg)
  * to vouch for, and asks nothing: a fleet of idle sidecars costs Redis
  * only their connections (TCP keepalive finds a dead one), and its next
  * request is sent after a beat (lockdb_quiet). Not while it refuses grants
- * for Redis's maxmemory-policy: it must see the policy's return, and no
- * request of its own will show it.
+ * for Redis's maxmemory-policy, nor before Redis first answered which
+ * incarnation it serves: it must see either change, and no request of its
+ * own will show it.
  */
 static void
 lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	bool all = false;
-	/* One that refuses grants for Redis's policy keeps reading it. */
+	/* One that refuses grants for Redis's policy keeps reading it; one
+	 * that has not heard the incarnation since it connected (its first
+	 * ask refused, say NOREPLICAS) keeps asking. */
 	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0 &&
-	    lockdb_refusal() == NULL;
+	    lockdb_refusal() == NULL && lockdb_up();
 
 	lockdb_quiet(quiet);
 	if (quiet)

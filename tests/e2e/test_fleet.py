@@ -66,6 +66,21 @@ class Beat(BrokerTest):
         self.assertEqual(strip(after), strip(before))
         self.assertRegex(c.cmd("ACQUIRE again WAIT 0"), r"^OK ")
 
+    def test_idle_broker_asks_until_redis_first_answers(self):
+        """A broker whose first ask of the incarnation was refused (a
+        master without its min-replicas: NOREPLICAS) keeps asking while
+        it holds nothing: it is up (redis_up, /healthz) as soon as Redis
+        answers, not at its first request."""
+        self.redis("CONFIG", "SET", "min-replicas-to-write", "1")
+        try:
+            b = self.start_broker(self.conf, name="refused", wait_redis=False)
+            wait_for(lambda: b.info().get("redis_up") == "0")
+            time.sleep(TRUST_MS / 1000.0)     # refused beats meanwhile
+            self.assertEqual(b.info().get("redis_up"), "0")
+        finally:
+            self.redis("CONFIG", "SET", "min-replicas-to-write", "0")
+        wait_for(lambda: b.info().get("redis_up") == "1", 5)
+
     def test_quiet_broker_grants_after_a_loss(self):
         """Redis forgot (FLUSHALL) while this broker was quiet: another
         broker, holding a lock, made the new incarnation and its grace
