@@ -210,7 +210,7 @@ func (cl *Client) send(ctx context.Context, r *req) (*conn, *call, error) {
 		}
 		// Quick requests may pass MaxConns: they must never wait behind
 		// waits that only they (a Release) can end.
-		if cl.dialing < maxDials && (!r.blocking || len(cl.conns)+cl.dialing < cl.maxConns) {
+		if r.on == nil && cl.dialing < maxDials && (!r.blocking || len(cl.conns)+cl.dialing < cl.maxConns) {
 			cl.dialing++
 			cl.mu.Unlock()
 			cn, err := cl.dial(ctx, false)
@@ -240,8 +240,14 @@ func (cl *Client) send(ctx context.Context, r *req) (*conn, *call, error) {
 
 // pick chooses, under cl.mu, the least loaded connection r may go on.
 func (cl *Client) pick(r *req) *conn {
+	// One bound to its connection waits there for room too: past the
+	// broker's limits.max_pending it would close the connection, and every
+	// lease on it would be lost.
 	if r.on != nil {
-		return r.on
+		if atomic.LoadInt32(&r.on.npending) < maxPipeline {
+			return r.on
+		}
+		return nil
 	}
 	var best *conn
 	var bestN int32
