@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -238,12 +237,15 @@ client_cancel_early(struct client *c)
 	    (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' ||
 		buf[i] == '\n'))
 		i++;
-	if (n - i < 7 || strncasecmp(buf + i, "CANCEL", 6) != 0)
+	if (n - i < 7)
 		return;
 	for (j = i + 6;
 	     j < n && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r'); j++)
 		;
-	if (j < n && buf[j] == '\n' && lock_owner_cancel(&c->s.owner))
+	if (j == n || buf[j] != '\n')
+		return;
+	buf[i + 6] = '\0';
+	if (proto_keyword(buf + i, "CANCEL") && lock_owner_cancel(&c->s.owner))
 		log_debug("client %" PRIu64 " [%s]: wait cancelled", c->s.id,
 		    c->peer);
 }

@@ -17,9 +17,9 @@ struct lockdb_reply;
 
 void lockq_init(struct event_base *base, const struct config *cf);
 /* Queue an ACQUIRE; a new head tries at once (or waits for a hold here). */
+void lockq_enqueue(struct lock_req *req);
 /* CANCEL of a queued waiter: answered CANCELLED now (req may be freed). */
 void lockq_cancel(struct lock_req *req);
-void lockq_enqueue(struct lock_req *req);
 /* Nobody wants this acquire's answer any more; free it unless in Redis. */
 void lockq_abandon(struct lock_req *req);
 /* A release of ln was seen: the head tries at once. */

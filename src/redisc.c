@@ -1050,9 +1050,6 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	uint64_t delay = (uint64_t)rc.cf->reconnect_min_ms;
 	struct timeval tv;
 
-	if (delay > hi)
-		delay = hi;
-
 	/* A Sentinel that does not answer: ask the next one. */
 	if (conn == &rc.sent)
 		rc.sentinel = (rc.sentinel + 1) % rc.cf->nsentinels;

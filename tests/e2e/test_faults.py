@@ -184,7 +184,7 @@ class Outage(BrokerTest):
     def test_reconnect_delays_stay_under_an_eighth_of_trust(self):
         b = self.start_broker({"redis": {"trust_ms": 2000}}, name="short")
         self.redis.kill()
-        time.sleep(3)
+        time.sleep(3)          # the outage itself: its length is the test
         self.redis.start()
         delays = [int(l.split("retrying in ")[1].split()[0])
                   for l in b.logtext().splitlines() if "retrying in" in l]
