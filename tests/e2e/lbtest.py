@@ -3,6 +3,7 @@ loopback ports, spoken to over real sockets. Standard library only."""
 
 import atexit
 import os
+import re
 import select
 import shutil
 import signal
@@ -33,17 +34,30 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for(pred, timeout=10.0, step=0.01):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+def wait_until(pred, timeout=10.0, what=None, step=0.05):
+    """pred's first true value, polled at once and then every few ms
+    (growing to step): as quick as the event, light on a loaded machine.
+    Fails after timeout seconds (more under a wrapper), naming what."""
+    end = time.monotonic() + timeout * SLOW
+    pause = 0.002
+    while True:
         try:
             v = pred()
             if v:
                 return v
         except OSError:
             pass
-        time.sleep(step)
-    raise AssertionError("timed out waiting for %r" % pred)
+        if time.monotonic() >= end:
+            raise AssertionError("timed out after %.1f s waiting for %s" %
+                                 (timeout * SLOW, what or repr(pred)))
+        # The poll's own pause: the predicate is the event waited on.
+        time.sleep(pause)
+        pause = min(pause * 2, step)
+
+
+def wait_for(pred, timeout=10.0, step=0.05, what=None):
+    """wait_until under its older name."""
+    return wait_until(pred, timeout, what, step)
 
 
 class Resp:
@@ -240,6 +254,15 @@ class Redis:
         finally:
             r.close()
 
+    def calls(self, *commands):
+        """How many times it has run these commands (INFO commandstats)."""
+        info = self("INFO", "commandstats")
+        n = 0
+        for c in commands:
+            m = re.search(r"cmdstat_%s:calls=(\d+)" % c, info)
+            n += int(m.group(1)) if m else 0
+        return n
+
     def kill(self):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
@@ -326,12 +349,17 @@ class Broker:
             f.write(raw if raw is not None else render_conf(sections))
 
     def reload(self, conf=None, raw=None):
-        """Rewrite the file, SIGHUP, and wait until the log says so."""
-        before = self.logtext().count("reload:")
+        """Rewrite the file, SIGHUP, and wait until the log says it is
+        done: its last line, once all is applied (or nothing is)."""
+        done = ("change(s) applied", "keeping the running configuration")
+
+        def count():
+            text = self.logtext()
+            return sum(text.count(d) for d in done)
+        before = count()
         self.write_conf(conf, raw)
         self.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: self.logtext().count("reload:") > before)
-        time.sleep(0.05)
+        wait_until(lambda: count() > before, what="%s's reload" % self.name)
 
     def start(self, wait_redis=True, may_fail=False):
         """Start it; with may_fail, False if it exited at once."""
@@ -391,6 +419,20 @@ class Broker:
     def logtext(self):
         with open(self.log, errors="replace") as f:
             return f.read()
+
+    def log_mark(self):
+        """Where its log ends now: wait_log(text, mark) looks after it."""
+        return len(self.logtext())
+
+    def wait_log(self, text, mark=0, timeout=10):
+        """Until text is in its log (after mark)."""
+        wait_until(lambda: text in self.logtext()[mark:], timeout,
+                   "%r in %s's log" % (text, self.name))
+
+    def wait_info(self, field, value, timeout=10):
+        """Until its INFO field is value (a number compares as text)."""
+        wait_until(lambda: self.info().get(field) == str(value), timeout,
+                   "%s's INFO %s to be %s" % (self.name, field, value))
 
 
 class Client:
@@ -499,6 +541,15 @@ class BrokerTest(unittest.TestCase):
             if code != 0:
                 print(b.logtext()[-4000:])
             self.assertEqual(code, 0, "%s did not exit cleanly" % b.name)
+
+    def hang_up(self, c, broker=None):
+        """Close c, and wait until the broker has read the end of its
+        input: an idle client's session ends in that same turn of the
+        broker's loop, before anything asked after."""
+        b = broker or self.broker
+        mark, port = b.log_mark(), c.sock.getsockname()[1]
+        c.close()
+        b.wait_log("127.0.0.1:%d]: end of input" % port, mark)
 
     def client(self, broker=None):
         c = (broker or self.broker).client()

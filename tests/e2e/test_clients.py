@@ -105,7 +105,7 @@ class Convention(BrokerTest):
                                  env=self.env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
             self.addCleanup(p.kill)
-            time.sleep(0.3)
+            self.broker.wait_info("waiters", 1)
             self.assertEqual(holder.cmd("RELEASE " + name), "OK")
             out, err = p.communicate(timeout=30 * SLOW)
             self.assertEqual(p.returncode, 0, err)

@@ -241,7 +241,7 @@ class PythonExample(BrokerTest):
         got = []
         t = threading.Thread(target=lambda: got.append(b.acquire("held", wait=5000)))
         t.start()
-        time.sleep(0.2)
+        self.broker.wait_info("waiters", 1)
         a.release("held")
         t.join(10 * SLOW)
         self.assertGreater(got[0][0], first[0])
@@ -286,7 +286,8 @@ class PythonExample(BrokerTest):
         self.assertEqual(a.extend("k", 90000), 90000)
         self.assertGreater(self.redis("PTTL", "lockbroker:{k}"), 60000)
         a.close()  # a kept lock outlives its connection
-        time.sleep(0.1)
+        # Its session over: the broker's clients are b and this INFO.
+        self.broker.wait_info("clients", 2)
         self.assertEqual(b.status("k")[1], fence)
         b.release("k", token="job-7")
         self.assertIsNone(b.status("k"))
@@ -422,7 +423,7 @@ class NodeExample(BrokerTest):
         p = subprocess.Popen([NODE, NODE_CLIENT, "node-demo"],
                              stdout=subprocess.PIPE, text=True,
                              env=dict(os.environ, **env))
-        time.sleep(0.3)
+        self.broker.wait_info("waiters", 1)
         self.assertEqual(holder.cmd("RELEASE node-demo"), "OK")
         stdout, _ = p.communicate(timeout=30 * SLOW)
         self.assertEqual(p.returncode, 0, stdout)

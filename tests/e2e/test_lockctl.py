@@ -14,7 +14,7 @@ import subprocess
 import termios
 import time
 
-from lbtest import SLOW, BrokerTest, free_port, main, wait_for
+from lbtest import SLOW, BrokerTest, free_port, main, wait_for, wait_until
 
 LOCKCTL = os.environ.get("LOCKCTL", "build/tools/lockctl")
 
@@ -324,7 +324,7 @@ class Flock(LockctlTest):
     def test_wait_is_granted_when_released(self):
         holder = self.hold("fg")
         p = self.start("run", "-w", "10", "fg", "--", "true")
-        time.sleep(0.3)
+        self.broker.wait_info("waiters", 1)
         self.assertEqual(holder.cmd("RELEASE fg"), "OK")
         out, err = p.communicate(timeout=10 * SLOW)
         self.assertEqual((p.returncode, err), (0, ""))
@@ -422,9 +422,14 @@ class Lease(LockctlTest):
     lease = 300 * SLOW
     conf = {"locks": {"lease_ms": lease}}
 
+    def wait_renewals(self, n):
+        """Until the broker has renewed the lease n times."""
+        wait_until(lambda: int(self.broker.info()["renewals_total"]) >= n,
+                   5, "%d renewals" % n)
+
     def test_deleted_key_kills_the_group(self):
         p, child, grandchild = self.start_group("dk")
-        time.sleep(0.5)  # a few renewals: the lock is held and renewed
+        self.wait_renewals(3)  # the lock is held and renewed
         self.assertIsNone(p.poll())
         t0 = time.monotonic()
         # The key and its fence counter: the key alone, while the counter
@@ -441,7 +446,7 @@ class Lease(LockctlTest):
 
     def test_broker_that_stops_answering_is_a_loss(self):
         p, child, grandchild = self.start_group("hung")
-        time.sleep(0.3)
+        self.wait_renewals(2)
         t0 = time.monotonic()
         self.broker.proc.send_signal(signal.SIGSTOP)
         try:
