@@ -1,8 +1,11 @@
 /*
- * cmd: the command table and its handlers. Lookup, arity and auth are checked
- * in cmd_execute only; a handler parses its own options, asks the lock engine
- * and names the function that formats the answer, which runs at once or when
- * Redis replies.
+ * cmd: the command table and dispatch. Lookup, arity and auth are checked
+ * in cmd_execute only; the options every verb may take are parsed here
+ * (cmd_parse_opts), and a session is the lock engine's owner. The handlers
+ * on locks are in cmd_lock.c, AUTH and the secrets in cmd_auth.c; a
+ * handler asks the lock engine and names the function that formats the
+ * answer, which runs at once or when Redis replies. Calls the lock engine,
+ * proto, stats and log, never the Redis module.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,26 +22,18 @@
 #include "lb_build.h"
 #include "authwait.h"
 #include "cmd.h"
+#include "cmd_int.h"
 #include "config.h"
 #include "log.h"
 #include "proto.h"
 #include "stats.h"
 #include "xmalloc.h"
 
-static enum cmd_result cmd_acquire(struct session *, int, char **);
-static enum cmd_result cmd_auth(struct session *, int, char **);
-static enum cmd_result cmd_extend(struct session *, int, char **);
 static enum cmd_result cmd_cancel(struct session *, int, char **);
 static enum cmd_result cmd_help(struct session *, int, char **);
 static enum cmd_result cmd_info(struct session *, int, char **);
-static enum cmd_result cmd_locks(struct session *, int, char **);
 static enum cmd_result cmd_ping(struct session *, int, char **);
 static enum cmd_result cmd_quit(struct session *, int, char **);
-static enum cmd_result cmd_release(struct session *, int, char **);
-static enum cmd_result cmd_revoke(struct session *, int, char **);
-static enum cmd_result cmd_status(struct session *, int, char **);
-static enum cmd_result cmd_validate(struct session *, int, char **);
-static enum cmd_result cmd_who(struct session *, int, char **);
 
 /*
  * Arity counts the arguments after the verb; options follow them. HELP and
@@ -67,15 +62,7 @@ static struct cmd_entry cmd_table[] = {
 };
 #define CMD_COUNT (sizeof cmd_table / sizeof cmd_table[0])
 
-static struct {
-	const struct config *cf;
-	struct event_base *base;
-	uint64_t auth_logged_ms; /* the last "AUTH failed" line */
-	unsigned auth_unlogged;	 /* failures since, not logged */
-	char *secret; /* "" when AUTH is not required; wiped at shutdown */
-	char *admin;  /* "" when nobody may REVOKE; wiped at shutdown */
-	uint64_t started_ms; /* monotonic: a clock jump is not uptime */
-} cmds;
+struct cmd_state cmds;
 
 static const struct lock_owner_ops cmd_owner_ops;
 
@@ -136,7 +123,7 @@ cmd_execute(struct session *s, char *line, size_t len)
 }
 
 /* Answer now if the engine answered now, else when its done callback runs. */
-static enum cmd_result
+enum cmd_result
 cmd_dispatch(struct session *s, int rc, const struct lock_result *res,
     void (*reply)(struct session *, const struct lock_result *))
 {
@@ -149,7 +136,7 @@ cmd_dispatch(struct session *s, int rc, const struct lock_result *res,
 }
 
 /* Shared by every reply function: ERR results look the same everywhere. */
-static bool
+bool
 cmd_reply_err(struct session *s, const struct lock_result *res)
 {
 	if (res->status != LOCK_ERR)
@@ -158,7 +145,8 @@ cmd_reply_err(struct session *s, const struct lock_result *res)
 	return true;
 }
 
-static int
+/* Milliseconds as a plain decimal, or ERR ARGS naming what. */
+int
 cmd_parse_ms(
     struct session *s, const char *what, const char *arg, uint64_t *out)
 {
@@ -167,45 +155,6 @@ cmd_parse_ms(
 	cmd_error(s, PERR_ARGS, "%s wants milliseconds, a plain decimal", what);
 	return -1;
 }
-
-static void
-cmd_acquire_reply(struct session *s, const struct lock_result *res)
-{
-	/* The most frequent answer, made without printf (issue 16). */
-	char line[3 + 2 * UTIL_U64_LEN + PROTO_TOKEN_MAX + 2], *p = line;
-	char *end = line + sizeof line;
-
-	if (cmd_reply_err(s, res))
-		return;
-	if (res->status == LOCK_TIMEOUT) {
-		evbuffer_add(s->out, "TIMEOUT\n", 8);
-		return;
-	}
-	if (res->status == LOCK_DONE) {
-		evbuffer_add(s->out, "DONE\n", 5);
-		return;
-	}
-	if (res->status == LOCK_CANCELLED) {
-		evbuffer_add(s->out, "CANCELLED\n", 10);
-		return;
-	}
-	util_cat(&p, end, "OK ");
-	util_cat_u64(&p, end, res->fence);
-	util_cat(&p, end, " ");
-	util_cat_u64(&p, end, res->ttl_ms);
-	util_cat(&p, end, " ");
-	util_cat(&p, end, res->token);
-	util_cat(&p, end, "\n");
-	evbuffer_add(s->out, line, (size_t)(p - line));
-}
-
-/* What the options of a request said. */
-struct cmd_opts {
-	int seen; /* CMD_OPT_* */
-	uint64_t ttl_ms, wait_ms;
-	const char *token;
-	unsigned limit;
-};
 
 static int cmd_opt_ttl(struct session *, const char *, struct cmd_opts *);
 static int cmd_opt_wait(struct session *, const char *, struct cmd_opts *);
@@ -306,7 +255,7 @@ cmd_opt_unknown(struct session *s, const struct cmd_entry *ce, const char *w)
 
 /* The options after ce's arguments: any order, each at most once, SHARED
  * and LIMIT not together. */
-static int
+int
 cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
     char **argv, struct cmd_opts *o)
 {
@@ -344,370 +293,6 @@ cmd_parse_opts(struct session *s, const struct cmd_entry *ce, int argc,
 			return -1;
 	}
 	return 0;
-}
-
-/* The TOKEN option of RELEASE, EXTEND and VALIDATE (NULL: none). */
-static int
-cmd_token(struct session *s, int argc, char **argv, const char **token)
-{
-	struct cmd_opts o;
-
-	if (cmd_parse_opts(s, cmd_lookup(argv[0]), argc, argv, &o) != 0)
-		return -1;
-	*token = o.token;
-	return 0;
-}
-
-static enum cmd_result
-cmd_acquire(struct session *s, int argc, char **argv)
-{
-	struct lock_acquire_args a = { 0 };
-	struct lock_result res;
-	struct cmd_opts o;
-	/* FILL is single-flight: the first caller is the leader (OK, and
-	 * RELEASE when the work is done); the others wait and hear DONE. */
-	bool fill = proto_keyword(argv[0], "FILL");
-	int rc;
-
-	if (cmd_parse_opts(s, cmd_lookup(argv[0]), argc, argv, &o) != 0)
-		return CMD_DONE;
-	a.ttl_ms = o.ttl_ms;
-	a.keep = (o.seen & CMD_OPT_KEEP) != 0;
-	a.token = o.token;
-	a.limit = o.limit;
-	a.mode = fill			? LOCK_FILL
-	    : (o.seen & CMD_OPT_SHARED) ? LOCK_SHARED
-	    : (o.seen & CMD_OPT_LIMIT)	? LOCK_LIMIT
-					: LOCK_EXCLUSIVE;
-	/* Without WAIT, the configured default (-1: as long as it takes). */
-	a.wait_ms = !(o.seen & CMD_OPT_WAIT) ? cmds.cf->locks.default_wait_ms
-	    : o.wait_ms == UINT64_MAX	     ? -1
-					     : (int64_t)o.wait_ms;
-	/* Half-closed: nobody could cancel a wait by leaving any more. */
-	if (s->eof)
-		a.wait_ms = 0;
-	rc = lock_acquire(&s->owner, argv[1], &a, &res);
-	return cmd_dispatch(s, rc, &res, cmd_acquire_reply);
-}
-
-static void
-cmd_ok_reply(struct session *s, const struct lock_result *res)
-{
-	if (!cmd_reply_err(s, res))
-		evbuffer_add(s->out, "OK\n", 3);
-}
-
-static enum cmd_result
-cmd_release(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	const char *token;
-	int rc;
-
-	if (cmd_token(s, argc, argv, &token) != 0)
-		return CMD_DONE;
-	rc = lock_release(&s->owner, argv[1], token, &res);
-	return cmd_dispatch(s, rc, &res, cmd_ok_reply);
-}
-
-static void
-cmd_extend_reply(struct session *s, const struct lock_result *res)
-{
-	if (!cmd_reply_err(s, res))
-		evbuffer_add_printf(s->out, "OK %" PRIu64 "\n", res->ttl_ms);
-}
-
-static enum cmd_result
-cmd_extend(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	const char *token;
-	uint64_t ttl;
-	int rc;
-
-	if (cmd_parse_ms(s, "EXTEND", argv[2], &ttl) != 0 ||
-	    cmd_token(s, argc, argv, &token) != 0)
-		return CMD_DONE;
-	rc = lock_extend(&s->owner, argv[1], ttl, token, &res);
-	return cmd_dispatch(s, rc, &res, cmd_extend_reply);
-}
-
-static void
-cmd_status_reply(struct session *s, const struct lock_result *res)
-{
-	if (cmd_reply_err(s, res))
-		return;
-	if (res->status == LOCK_FREE)
-		evbuffer_add(s->out, "OK FREE\n", 8);
-	else if (res->mode == LOCK_SHARED || res->mode == LOCK_LIMIT)
-		evbuffer_add_printf(s->out,
-		    "OK HELD %" PRIu64 " %" PRIu64 " %s %" PRIu64 "\n",
-		    res->ttl_ms, res->fence,
-		    lock_mode_name(res->mode, res->limit), res->count);
-	else
-		evbuffer_add_printf(s->out, "OK HELD %" PRIu64 " %" PRIu64 "\n",
-		    res->ttl_ms, res->fence);
-}
-
-static enum cmd_result
-cmd_status(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	int rc;
-
-	rc = lock_status(&s->owner, argv[1], &res);
-	return cmd_dispatch(s, rc, &res, cmd_status_reply);
-}
-
-static void
-cmd_validate_reply(struct session *s, const struct lock_result *res)
-{
-	if (!cmd_reply_err(s, res))
-		evbuffer_add_printf(
-		    s->out, "OK %s\n", res->valid ? "VALID" : "STALE");
-}
-
-static enum cmd_result
-cmd_validate(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	const char *token;
-	uint64_t fence;
-	int rc;
-
-	if (proto_parse_u64(argv[2], UINT64_MAX, &fence) != 0) {
-		cmd_error(s, PERR_ARGS, "a fence is a plain decimal");
-		return CMD_DONE;
-	}
-	if (cmd_token(s, argc, argv, &token) != 0)
-		return CMD_DONE;
-	rc = lock_validate(&s->owner, argv[1], fence, token, &res);
-	return cmd_dispatch(s, rc, &res, cmd_validate_reply);
-}
-
-static enum cmd_result
-cmd_locks(struct session *s, int argc, char **argv)
-{
-	const struct lock_hold *h;
-	uint64_t now = mono_ms();
-
-	lock_owner_settle(&s->owner); /* what ran out is told, not listed */
-	for (h = lock_owner_hold(&s->owner, NULL); h != NULL;
-	     h = lock_owner_hold(&s->owner, h))
-		evbuffer_add_printf(s->out,
-		    "LOCK %s %" PRIu64 " %" PRIu64 " %s%s\n", lock_hold_name(h),
-		    h->fence, lock_hold_ttl_left(h, now),
-		    lock_kind_name(h->kind), lock_hold_mode_word(h));
-	evbuffer_add(s->out, "END\n", 4);
-	return CMD_DONE;
-}
-
-/*
- * One holder's info as its broker stored it: "<fence> <mode> <broker>
- * <client> <since>", five words of printable bytes. Anything else (a lock
- * taken by an older broker stores none) shows as dashes.
- */
-static bool
-cmd_holder_info_ok(const char *info)
-{
-	int words = 0;
-
-	for (const char *p = info; *p != '\0'; p++) {
-		if ((unsigned char)*p < ' ' || (unsigned char)*p > '~')
-			return false;
-		if (*p != ' ' && (p == info || p[-1] == ' '))
-			words++;
-	}
-	return words == 5 && info[0] >= '0' && info[0] <= '9';
-}
-
-/* The connection's address, for the AUTH back-off. */
-static const char *
-cmd_peer(const struct session *s)
-{
-	return s->owner.peer != NULL ? s->owner.peer : "-";
-}
-
-/* At most one "AUTH failed" line a second: a guesser must not flood the
- * log. */
-static void
-cmd_auth_log(const struct session *s)
-{
-	uint64_t now = mono_ms();
-
-	if (now - cmds.auth_logged_ms < 1000 && cmds.auth_logged_ms != 0) {
-		cmds.auth_unlogged++;
-		return;
-	}
-	if (cmds.auth_unlogged > 0)
-		log_info(
-		    "client %" PRIu64
-		    " [%s]: AUTH failed (and %u more since the last such line)",
-		    s->id, cmd_peer(s), cmds.auth_unlogged);
-	else
-		log_info(
-		    "client %" PRIu64 " [%s]: AUTH failed", s->id, cmd_peer(s));
-	cmds.auth_logged_ms = now;
-	cmds.auth_unlogged = 0;
-}
-
-/* Right secret: OK; wrong: ERR AUTH, and the connection closes. The
- * admin secret authenticates too, and allows REVOKE. */
-static enum cmd_result
-cmd_auth_judge(struct session *s, const char *secret)
-{
-	bool admin =
-	    cmds.admin[0] != '\0' && util_secret_equal(secret, cmds.admin);
-	bool user =
-	    cmds.secret[0] != '\0' && util_secret_equal(secret, cmds.secret);
-
-	if (admin || user) {
-		authwait_passed(cmd_peer(s), mono_ms());
-		s->authed = true;
-		s->admin = s->admin || admin;
-		evbuffer_add(s->out, "OK\n", 3);
-		return CMD_DONE;
-	}
-	cmd_auth_log(s);
-	cmd_error(s, PERR_AUTH, "wrong secret");
-	return CMD_CLOSE;
-}
-
-/* The slot of an AUTH held back came. */
-static void
-cmd_auth_later_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct session *s = arg;
-
-	s->quit = cmd_auth_judge(s, s->auth_secret) == CMD_CLOSE;
-	freezero_str(s->auth_secret);
-	s->auth_secret = NULL;
-	s->resume(s);
-}
-
-/* Unix ms as RFC 3339 UTC ("2026-11-25T06:07:11.123Z"): a person reads
- * it, and every language parses it; false if it is not a time. */
-static bool
-cmd_utc(const char *ms, char *out, size_t len)
-{
-	uint64_t v;
-	time_t t;
-	struct tm tm;
-
-	if (proto_parse_u64(ms, UINT64_MAX, &v) != 0 ||
-	    v / 1000 > (uint64_t)INT32_MAX * 8)
-		return false;
-	t = (time_t)(v / 1000);
-	if (gmtime_r(&t, &tm) == NULL ||
-	    strftime(out, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
-		return false;
-	snprintf(out + strlen(out), len - strlen(out), ".%03uZ",
-	    (unsigned)(v % 1000));
-	return true;
-}
-
-/*
- * A WHO entry's broker field, [b, end), as WHO shows it: a broker is stored
- * as "<hostname>:<pid>:<random>" (two brokers may share a hostname and
- * pid), and the brokers that share a grant joined by ","; WHO shows each
- * as "<hostname>:<pid>".
- */
-static void
-cmd_who_brokers(struct evbuffer *out, const char *b, const char *end)
-{
-	while (b < end) {
-		const char *next = memchr(b, ',', (size_t)(end - b));
-		const char *e = next != NULL ? next : end;
-		const char *c = memchr(b, ':', (size_t)(e - b));
-		const char *r =
-		    c != NULL ? memchr(c + 1, ':', (size_t)(e - c - 1)) : NULL;
-
-		evbuffer_add(out, b, (size_t)((r != NULL ? r : e) - b));
-		if (next == NULL)
-			break;
-		evbuffer_add(out, ",", 1);
-		b = next + 1;
-	}
-}
-
-/* One HOLDER line from "<fence> <mode> <broker> <client> <since>" (sp: its
- * first space), the grant's Unix ms as UTC. */
-static void
-cmd_who_holder(
-    struct session *s, const char *info, const char *sp, uint64_t pttl)
-{
-	const char *mode = sp + 1, *broker = strchr(mode, ' ') + 1;
-	const char *rest = strchr(broker, ' ');
-	const char *since = strrchr(rest, ' ') + 1;
-	char utc[40];
-
-	if (!cmd_utc(since, utc, sizeof utc))
-		snprintf(utc, sizeof utc, "%s", since);
-	evbuffer_add_printf(s->out, "HOLDER %.*s %" PRIu64 " %.*s",
-	    (int)(sp - info), info, pttl, (int)(broker - mode), mode);
-	cmd_who_brokers(s->out, broker, rest);
-	evbuffer_add_printf(
-	    s->out, "%.*s %s\n", (int)(since - 1 - rest), rest, utc);
-}
-
-static void
-cmd_who_reply(struct session *s, const struct lock_result *res)
-{
-	const char *info, *sp;
-
-	if (cmd_reply_err(s, res))
-		return;
-	for (size_t i = 0; i < res->nholders; i++) {
-		info = res->holders[i].info;
-		if (!cmd_holder_info_ok(info) ||
-		    (sp = strchr(info, ' ')) == NULL) {
-			evbuffer_add_printf(s->out,
-			    "HOLDER - %" PRIu64 " - - - -\n",
-			    res->holders[i].pttl);
-			continue;
-		}
-		cmd_who_holder(s, info, sp, res->holders[i].pttl);
-	}
-	evbuffer_add(s->out, "END\n", 4);
-}
-
-static enum cmd_result
-cmd_who(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	int rc;
-
-	rc = lock_who(&s->owner, argv[1], &res);
-	return cmd_dispatch(s, rc, &res, cmd_who_reply);
-}
-
-static void
-cmd_revoke_reply(struct session *s, const struct lock_result *res)
-{
-	if (!cmd_reply_err(s, res))
-		evbuffer_add_printf(s->out, "OK %" PRIu64 "\n", res->count);
-}
-
-/* Only a connection that sent AUTH with auth.admin_secret may. */
-static enum cmd_result
-cmd_revoke(struct session *s, int argc, char **argv)
-{
-	struct lock_result res;
-	int rc;
-
-	if (cmds.admin[0] == '\0') {
-		cmd_error(s, PERR_NOAUTH,
-		    "REVOKE is off: auth.admin_secret is not set");
-		return CMD_DONE;
-	}
-	if (!s->admin) {
-		cmd_error(
-		    s, PERR_NOAUTH, "REVOKE needs AUTH with auth.admin_secret");
-		return CMD_DONE;
-	}
-	log_info("client %" PRIu64 ": REVOKE %s", s->id, argv[1]);
-	rc = lock_revoke(&s->owner, argv[1], &res);
-	return cmd_dispatch(s, rc, &res, cmd_revoke_reply);
 }
 
 static enum cmd_result
@@ -765,36 +350,6 @@ cmd_quit(struct session *s, int argc, char **argv)
 	return CMD_CLOSE;
 }
 
-/*
- * A wrong secret closes the connection: no guessing on one socket; and a
- * peer that sent wrong ones lately has its next AUTH judged only in its
- * slot (authwait), however many connections it opens. Without either
- * secret, AUTH is a no-op that says OK.
- */
-static enum cmd_result
-cmd_auth(struct session *s, int argc, char **argv)
-{
-	uint64_t now = mono_ms(), slot;
-	struct timeval tv;
-
-	if (cmds.secret[0] == '\0' && cmds.admin[0] == '\0') {
-		s->authed = true;
-		evbuffer_add(s->out, "OK\n", 3);
-		return CMD_DONE;
-	}
-	slot = authwait_slot(cmd_peer(s), now);
-	if (slot <= now || cmds.base == NULL)
-		return cmd_auth_judge(s, argv[1]);
-	/* Its peer sent wrong secrets lately: judged in its slot. */
-	s->auth_secret = xstrdup(argv[1]);
-	if (s->auth_ev == NULL &&
-	    (s->auth_ev = evtimer_new(cmds.base, cmd_auth_later_cb, s)) == NULL)
-		fatalx("cmd: evtimer_new failed");
-	tv = util_timeval(slot - now);
-	evtimer_add(s->auth_ev, &tv);
-	return CMD_ASYNC;
-}
-
 static void
 cmd_owner_done(struct lock_owner *o, const struct lock_result *res)
 {
@@ -847,44 +402,6 @@ cmd_session_end(struct session *s, bool vanished)
 	s->auth_secret = NULL;
 }
 
-/* A secret in force: its file wins over its inline value. */
-static char *
-cmd_secret(const char *inline_value, const char *file, const char *key)
-{
-	char *secret;
-
-	if (file[0] == '\0')
-		return xstrdup(inline_value);
-	if ((secret = util_read_secret(file)) == NULL)
-		log_warn("%s %s", key, file);
-	return secret;
-}
-
-/* Both secrets, or neither (and *secret, *admin untouched). */
-static bool
-cmd_secrets(const struct config *cf, char **secret, char **admin)
-{
-	char *s, *a;
-
-	if ((s = cmd_secret(cf->auth.secret, cf->auth.secret_file,
-		 "auth.secret_file")) == NULL)
-		return false;
-	if ((a = cmd_secret(cf->auth.admin_secret, cf->auth.admin_secret_file,
-		 "auth.admin_secret_file")) == NULL) {
-		freezero_str(s);
-		return false;
-	}
-	if (a[0] != '\0' && strcmp(a, s) == 0) {
-		log_warnx("auth.admin_secret must differ from auth.secret");
-		freezero_str(s);
-		freezero_str(a);
-		return false;
-	}
-	*secret = s;
-	*admin = a;
-	return true;
-}
-
 /* Each verb's usage and most arguments, from its arguments and options. */
 static void
 cmd_table_init(void)
@@ -929,29 +446,4 @@ cmd_init(const struct config *cf, struct event_base *base)
 	cmds.started_ms = mono_ms();
 	if (!cmd_secrets(cf, &cmds.secret, &cmds.admin))
 		fatalx("cannot read the AUTH secrets");
-}
-
-/* New secrets apply to AUTHs from now on. */
-void
-cmd_reload(void)
-{
-	char *secret, *admin;
-
-	if (!cmd_secrets(cmds.cf, &secret, &admin)) {
-		log_warnx("reload: keeping the old AUTH secrets");
-		return;
-	}
-	freezero_str(cmds.secret);
-	freezero_str(cmds.admin);
-	cmds.secret = secret;
-	cmds.admin = admin;
-}
-
-void
-cmd_shutdown(void)
-{
-	freezero_str(cmds.secret);
-	freezero_str(cmds.admin);
-	cmds.secret = NULL;
-	cmds.admin = NULL;
 }
