@@ -542,6 +542,13 @@ class BrokerTest(unittest.TestCase):
                 print(b.logtext()[-4000:])
             self.assertEqual(code, 0, "%s did not exit cleanly" % b.name)
 
+    def wait_queued(self, name, n=1, timeout=10):
+        """Until n tickets wait in name's queue in Redis: a waiter's
+        first try puts its ticket there (on any broker)."""
+        key = "lockbroker:{%s}:queue" % name
+        wait_until(lambda: self.redis("ZCARD", key) == n, timeout,
+                   "%d ticket(s) in %s" % (n, key))
+
     def hang_up(self, c, broker=None):
         """Close c, and wait until the broker has read the end of its
         input: an idle client's session ends in that same turn of the

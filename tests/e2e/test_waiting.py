@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from lbtest import LATE, STEP, BrokerTest, main, wait_for
+from lbtest import LATE, STEP, BrokerTest, main, wait_for, wait_until
 
 
 def waiters(broker):
@@ -37,6 +37,7 @@ class Waiting(BrokerTest):
             reply = c.line()  # the grant, whenever it comes
             with lock:
                 events.append(("grant", i, time.monotonic(), reply))
+            # The hold itself: the work a holder does, not a wait.
             time.sleep(0.02)
             with lock:
                 events.append(("release", i, time.monotonic(), None))
@@ -181,7 +182,7 @@ class Waiting(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE cq"), r"^OK ")
         b.send("ACQUIRE cq WAIT 30000")
         wait_for(lambda: waiters(other) == 1)
-        time.sleep(0.3)     # its try has queued its ticket in Redis
+        self.wait_queued("cq")  # its try has queued its ticket in Redis
         c.send("ACQUIRE cq WAIT 30000")
         wait_for(lambda: waiters(self.broker) == 1)
         self.assertEqual(b.cmd("CANCEL"), "CANCELLED")
@@ -196,7 +197,7 @@ class Waiting(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE h"), r"^OK ")
         b.send("ACQUIRE h")
         wait_for(lambda: waiters(self.broker) == 1)
-        time.sleep(0.05)
+        self.wait_queued("h")  # its first try is done
         start = time.monotonic()
         self.assertEqual(a.cmd("RELEASE h"), "OK")
         self.assertRegex(b.line(), r"^OK ")
@@ -212,7 +213,7 @@ class Waiting(BrokerTest):
         calls = self.evalsha_calls()
         b.send("ACQUIRE ho")
         wait_for(lambda: waiters(self.broker) == 1)
-        time.sleep(0.1)
+        self.wait_queued("ho")
         # Held here: the waiter took its place in the queue every broker
         # shares (one script), then leaves Redis alone until the release.
         self.assertEqual(self.evalsha_calls(), calls + 1)
@@ -253,8 +254,10 @@ class Waiting(BrokerTest):
         wait_for(lambda: waiters(self.broker) == 1)
         self.assertRegex(c.cmd("RELEASE wt TOKEN nottheholder"),
                          r"^ERR NOTHELD ")
-        time.sleep(0.1)
-        self.assertEqual(waiters(self.broker), 1)  # still waiting
+        # Past whatever Redis answered the broker before (one connection,
+        # in order): still held, still waiting.
+        self.assertRegex(c.cmd("STATUS wt"), r"^OK HELD ")
+        self.assertEqual(waiters(self.broker), 1)
         self.assertEqual(a.cmd("RELEASE wt"), "OK")
         self.assertRegex(b.line(), r"^OK ")
 
@@ -264,7 +267,8 @@ class Waiting(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE x"), r"^OK ")
         b.send("ACQUIRE x")
         wait_for(lambda: waiters(other) == 1)
-        time.sleep(0.1)  # its first try is done; the next is >= 200 ms out
+        # Its first try is done; the next is >= 200 ms out.
+        self.wait_queued("x")
         start = time.monotonic()
         a.send("RELEASE x")
         self.assertRegex(b.line(), r"^OK ")
@@ -278,9 +282,11 @@ class Waiting(BrokerTest):
         # The lease runs out just as the wait does; whatever wins, the
         # lock is not left held by nobody.
         self.assertIn(b.cmd("ACQUIRE u WAIT 150").split()[0], ("OK", "TIMEOUT"))
-        time.sleep(0.1)
-        if self.redis("EXISTS", "lockbroker:{u}"):
-            self.assertEqual(len(b.until_end("LOCKS")), 1)
+        # A grant that lost the race is undone in Redis, in good time
+        # (far sooner than a lease would end it).
+        wait_until(lambda: not self.redis("EXISTS", "lockbroker:{u}") or
+                   len(b.until_end("LOCKS")) == 1, 2,
+                   "u free, or b's")
 
 
 class Churn(BrokerTest):
@@ -315,6 +321,7 @@ class Churn(BrokerTest):
                     if reply.startswith("EVENT LOST"):
                         reply = c.line()
                     if reply.startswith("OK"):
+                        # The hold itself: a holder's work, not a wait.
                         time.sleep(r.random() * 0.01)
                         rel = c.cmd("RELEASE " + name)
                         if rel.startswith("EVENT LOST"):
@@ -350,7 +357,7 @@ class TwoBrokersKill(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE k"), r"^OK ")
         b.send("ACQUIRE k")
         wait_for(lambda: waiters(other) == 1)
-        time.sleep(0.5)
+        self.wait_queued("k")
         start = time.monotonic()
         self.broker.proc.send_signal(signal.SIGKILL)
         self.broker.proc.wait()
@@ -393,7 +400,9 @@ class DefaultWait(BrokerTest):
         a, b = self.client(), self.client()
         self.assertRegex(a.cmd("ACQUIRE wm"), r"^OK ")
         b.send("ACQUIRE wm WAIT -1")
-        time.sleep(0.5)  # past the 200 ms default: still waiting
+        # Past the 200 ms default, nothing is said: no event shows a
+        # TIMEOUT that does not come.
+        time.sleep(0.5)
         self.assertEqual(a.cmd("RELEASE wm"), "OK")
         self.assertRegex(b.line(), r"^OK ")
         for bad in ("WAIT -2", "WAIT 1.5", "WAIT -1.0"):
