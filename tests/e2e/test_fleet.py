@@ -5,7 +5,7 @@ reaches only the brokers it concerns."""
 
 import time
 
-from lbtest import LATE, BrokerTest, Listener, main, wait_for
+from lbtest import LATE, BrokerTest, Listener, main, wait_for, wait_until
 
 TRUST_MS = 600
 
@@ -23,6 +23,13 @@ def calls(redis, command):
     return int(info.split(key)[1].split(",")[0]) if key in info else 0
 
 
+def noreplicas(redis):
+    """How many commands Redis refused for want of replicas."""
+    info = redis("INFO", "errorstats")
+    key = "errorstat_NOREPLICAS:count="
+    return int(info.split(key)[1].split("\r")[0]) if key in info else 0
+
+
 def locks(c):
     return [l.split()[1] for l in c.until_end("LOCKS") if l.startswith("LOCK ")]
 
@@ -37,13 +44,14 @@ class Beat(BrokerTest):
         c = self.client()
         self.assertRegex(c.cmd("ACQUIRE held TTL 60000"), r"^OK ")
         # Past the grant's own writes and its first confirmation; then a
-        # window of beats (counted: no event marks "no write").
-        time.sleep(TRUST_MS / 1000.0)
+        # window of six beats (every 150 ms: within 3 * trust_ms).
+        self.broker.wait_info("confirms_total", 1)
         before, scripts = changes(self.redis), calls(self.redis, "evalsha")
-        time.sleep(3 * TRUST_MS / 1000.0)
+        start = time.monotonic()
+        wait_until(lambda: calls(self.redis, "evalsha") - scripts >= 6,
+                   what="six beats")
+        self.assertLess(time.monotonic() - start, 3 * TRUST_MS / 1000.0)
         self.assertEqual(changes(self.redis), before)
-        # It did beat meanwhile: every 150 ms.
-        self.assertGreaterEqual(calls(self.redis, "evalsha") - scripts, 6)
         self.assertEqual(c.cmd("RELEASE held"), "OK")
 
     def test_idle_broker_sends_nothing(self):
@@ -54,10 +62,13 @@ class Beat(BrokerTest):
         c = self.client()
         self.assertRegex(c.cmd("ACQUIRE once WAIT 0"), r"^OK ")
         self.assertEqual(c.cmd("RELEASE once"), "OK")
-        # Quiet from its next beat on; then a window of beats, counted.
+        # Quiet from its next beat on, which nothing shows but the
+        # silence after it.
         time.sleep(TRUST_MS / 1000.0)
         before = self.redis("INFO", "commandstats")
-        time.sleep(20 * TRUST_MS / 4 / 1000.0)     # 3 s
+        # A window of 20 beat periods (3 s) in which nothing may be sent:
+        # no event shows a command that does not come.
+        time.sleep(20 * TRUST_MS / 4 / 1000.0)
         after = self.redis("INFO", "commandstats")
         # Every command but INFO (the test's own): not one more call.
         strip = lambda info: sorted(l for l in info.split("\r\n")
@@ -75,7 +86,9 @@ class Beat(BrokerTest):
         try:
             b = self.start_broker(self.conf, name="refused", wait_redis=False)
             wait_for(lambda: b.info().get("redis_up") == "0")
-            time.sleep(TRUST_MS / 1000.0)     # refused beats meanwhile
+            refused = noreplicas(self.redis)
+            wait_until(lambda: noreplicas(self.redis) >= refused + 2,
+                       what="two more asks refused")
             self.assertEqual(b.info().get("redis_up"), "0")
         finally:
             self.redis("CONFIG", "SET", "min-replicas-to-write", "0")
@@ -91,7 +104,8 @@ class Beat(BrokerTest):
         h = self.client(busy)
         self.assertRegex(h.cmd("ACQUIRE kept TTL 60000"), r"^OK ")
         c = self.client()
-        # Quiet from its next beat on (nothing to see it by).
+        # Quiet from its next beat on: nothing to see it by but the
+        # silence after it.
         time.sleep(TRUST_MS / 1000.0)
         self.assertEqual(self.redis("FLUSHALL"), "OK")
         wait_for(lambda: "new lock data" in busy.logtext())
@@ -264,6 +278,8 @@ class Waiting(BrokerTest):
         w.send("ACQUIRE q WAIT 30000")
         wait_for(lambda: self.redis("ZCARD", "lockbroker:{q}:queue") == 1)
         scripts = calls(self.redis, "evalsha")
+        # A window of time, its scripts counted: no event shows a try
+        # that does not come.
         time.sleep(0.8)
         # At most the two brokers' beats (every 1.25 s) and a try to keep
         # the ticket live (every locks.retry_max_ms, 1 s); a back-off
