@@ -158,7 +158,7 @@ lock_regrant_replicas_cb(const struct lockdb_reply *r, void *arg)
 	lockreq_landed(req);
 	lockreq_answer_err(req, PERR_UNAVAILABLE,
 	    "the grant did not reach redis.wait_replicas replicas in time");
-	lockreq_free(req);
+	lockreq_free_undo(req);
 }
 
 /* A token that holds the lock here asks again: straight to Redis. Its
@@ -172,9 +172,8 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 	 * wants any more is released below). */
 	lockreq_unask(req);
 	if (r->status == LDB_OK && cf->redis.wait_replicas > 0 &&
-	    !req->replicating) {
-		req->replicating = true;
-		req->fence = r->fence;
+	    !lockreq_replicating(req)) {
+		lockreq_replicate(req, r->fence);
 		lockdb_wait(req->ln->name, cf->redis.wait_replicas,
 		    (uint64_t)cf->redis.command_timeout_ms / 2,
 		    lock_regrant_replicas_cb, req);
@@ -196,10 +195,10 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 		lockreq_answer_status(req, LOCK_TIMEOUT);
 	} else {
 		if (r->status == LDB_UNAVAILABLE)
-			req->unsure = true;
+			lockreq_unsure(req);
 		lockreq_answer_db_error(req, r);
 	}
-	lockreq_free(req);
+	lockreq_free_undo(req);
 }
 
 /* The local hold of ln under token, or NULL (either may be NULL). */
@@ -224,27 +223,24 @@ lock_acquire(struct lock_owner *o, const char *name,
 	if (!lock_acquire_ok(o, name, a, res))
 		return -1;
 	req = lockreq_new(OP_ACQUIRE, o, name, a->token);
-	if (a->token == NULL) {
-		util_random_token(req->token);
-		req->own_token = true;
-	}
-	req->kind = a->ttl_ms == 0 ? LOCK_SESSION
-	    : a->keep		   ? LOCK_KEEP
-				   : LOCK_FIXED;
-	req->ttl_ms = a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)cf->locks.lease_ms;
-	req->wait_ms = a->wait_ms;
-	req->mode = a->mode;
-	req->limit = a->limit;
+	if (a->token == NULL)
+		lockreq_own_token(req);
+	lockreq_terms(req,
+	    a->ttl_ms == 0 ? LOCK_SESSION
+		: a->keep  ? LOCK_KEEP
+			   : LOCK_FIXED,
+	    a->mode, a->limit,
+	    a->ttl_ms != 0 ? a->ttl_ms : (uint64_t)cf->locks.lease_ms,
+	    a->wait_ms);
 	/* Its token holds it already (a retried request): no queue, the
 	 * script answers with the same fence at once. */
 	if (lock_hold_of(req->ln, a->token) != NULL) {
 		struct lockdb_ask ask;
 		char info[LOCKREQ_INFO];
 
-		lockreq_send(req);
+		lockreq_send_at(req, req->start_ms, lockq_sub_epoch());
 		lockreq_asking(req);
 		lockreq_token_asks(req);
-		req->sub_epoch = lockq_sub_epoch();
 		lockhold_assume(req);
 		lockreq_ask(req, 0, &ask, info, sizeof info);
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
@@ -331,12 +327,12 @@ lock_release(struct lock_owner *o, const char *name, const char *token,
 	lockreq_send(req);
 	lockreq_asking(req);
 	h = lock_hold_of(req->ln, req->token);
-	req->lease_end_ms = h != NULL ? h->valid_until_ms : 0;
-	req->fence = h != NULL ? h->fence : 0;
-	req->done = h != NULL && h->mode == LOCK_FILL ? LDB_DONE_ALWAYS
-						      : LDB_DONE_IF_WAITED;
+	lockreq_releases(req, h != NULL ? h->fence : 0,
+	    h != NULL ? h->valid_until_ms : 0,
+	    h != NULL && h->mode == LOCK_FILL ? LDB_DONE_ALWAYS
+					      : LDB_DONE_IF_WAITED);
 	if (h != NULL)
-		h->releasing = true; /* no new FILL waiter waits on it */
+		lockhold_releasing(h); /* no new FILL waiter waits on it */
 	lockdb_release(name, req->token, req->fence, req->done,
 	    config_mark_ms(cf), lock_release_cb, req);
 	/* Other connections holding the grant: gone from now on. */
@@ -353,14 +349,14 @@ lock_extend_cb(const struct lockdb_reply *r, void *arg)
 	/* redis.wait_replicas: the new lease counts only once replicated
 	 * (a shorter one was assumed when it was sent). */
 	if (r->status == LDB_OK && cf->redis.wait_replicas > 0 &&
-	    !req->replicating) {
-		req->replicating = true;
+	    !lockreq_replicating(req)) {
+		lockreq_replicate(req, req->fence);
 		lockdb_wait(req->ln->name, cf->redis.wait_replicas,
 		    (uint64_t)cf->redis.command_timeout_ms / 2, lock_extend_cb,
 		    req);
 		return;
 	}
-	if (req->replicating && r->status == LDB_OK &&
+	if (lockreq_replicating(req) && r->status == LDB_OK &&
 	    r->fence < (uint64_t)cf->redis.wait_replicas) {
 		lockreq_answer_err(req, PERR_UNAVAILABLE,
 		    "the extension did not reach redis.wait_replicas replicas in time");
@@ -402,7 +398,7 @@ lock_extend(struct lock_owner *o, const char *name, uint64_t ttl_ms,
 		return -1;
 	}
 	req = lockreq_new(OP_EXTEND, o, name, token);
-	req->ttl_ms = ttl_ms;
+	lockreq_set_ttl(req, ttl_ms);
 	lockreq_send(req);
 	lockhold_assume(req);
 	/* The grant held here, by its fence: Redis can then move the lease
@@ -462,7 +458,7 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 	if (!lock_check_name(name, res) || !lock_check_token(token, res))
 		return -1;
 	req = lockreq_new(OP_VALIDATE, o, name, token);
-	req->fence = fence;
+	lockreq_set_fence(req, fence);
 	lockreq_send(req);
 	lockdb_status(name, fence, token, lock_status_cb, req);
 	return 0;
@@ -540,7 +536,7 @@ lock_owner_init(struct lock_owner *o, uint64_t id,
 	o->id = id;
 	o->ops = ops;
 	o->peer = peer;
-	TAILQ_INIT(&o->holds);
+	lockhold_owner_init(o);
 }
 
 void
@@ -552,8 +548,7 @@ lock_owner_gone(struct lock_owner *o, bool vanished)
 	if (req != NULL && req->op == OP_ACQUIRE)
 		lockq_abandon(req);
 	else if (req != NULL)
-		req->owner = NULL;
-	o->pending = NULL;
+		lockreq_orphan(req);
 	while ((h = TAILQ_FIRST(&o->holds)) != NULL) {
 		/* Session and fixed locks end with their connection. */
 		if (h->kind != LOCK_KEEP &&
@@ -608,30 +603,20 @@ lock_hold_ttl_left(const struct lock_hold *h, uint64_t now_ms)
 	return h->valid_until_ms > now_ms ? h->valid_until_ms - now_ms : 0;
 }
 
-/* A try-once never watches a FILL leader: it is never told DONE. */
-static void
-lock_owner_try_once(struct lock_req *req)
-{
-	req->wait_ms = 0;
-	req->watch = 0;
-	if (req->deadline_ev != NULL)
-		evtimer_del(req->deadline_ev);
-}
-
 bool
 lock_owner_eof(struct lock_owner *o)
 {
 	struct lock_req *req = o->pending;
 
-	if (req == NULL || !req->queued)
+	if (req == NULL || !lockreq_queued(req))
 		return true;
 	/* A head that has not asked yet (a try of another was in Redis when
 	 * it came; or a FILL, which asks along with the trier, not counted
 	 * in tries) makes its one try now, as a try-once. */
 	if (req->tries == 0 && req->tried_us == 0 && !req->heard &&
-	    !req->in_flight && !req->ln->attempting &&
+	    !lockreq_in_flight(req) && !req->ln->attempting &&
 	    TAILQ_FIRST(&req->ln->waiters) == req) {
-		lock_owner_try_once(req);
+		lockreq_try_once(req);
 		lockq_try_now(req);
 		return true;
 	}
@@ -643,9 +628,9 @@ lock_owner_eof(struct lock_owner *o)
 	/* Only the first try, still in Redis, has not started to wait: not
 	 * a take or a confirmation sent after an answer (tries counts only
 	 * the head's attempts). */
-	if (!req->in_flight || req->heard)
+	if (!lockreq_in_flight(req) || req->heard)
 		return false;
-	lock_owner_try_once(req);
+	lockreq_try_once(req);
 	return true;
 }
 
@@ -655,9 +640,9 @@ lock_owner_cancel(struct lock_owner *o)
 	struct lock_req *req = o->pending;
 
 	if (req == NULL || req->op != OP_ACQUIRE || req->wait_ms == 0 ||
-	    !req->queued)
+	    !lockreq_queued(req))
 		return false;
-	req->cancelled = true;
+	lockreq_cancel(req);
 	lockq_cancel(req);
 	return true;
 }

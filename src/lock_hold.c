@@ -75,6 +75,19 @@ _Static_assert(
     STAT_lost_revoked_total - STAT_lost_expired_total == LOST_REVOKED,
     "lost_*_total in stats.h must follow enum lock_lost");
 
+void
+lockhold_owner_init(struct lock_owner *o)
+{
+	TAILQ_INIT(&o->holds);
+}
+
+/* Its RELEASE is in Redis: no new FILL waiter waits on it. */
+void
+lockhold_releasing(struct lock_hold *h)
+{
+	h->releasing = true;
+}
+
 /* Re-arm the expiry timer for the hold's trusted end. */
 void
 lockhold_arm(struct lock_hold *h)
@@ -93,9 +106,9 @@ lockhold_free(struct lock_hold *h)
 	h->owner->nholds--;
 	LIST_REMOVE(h, name_entry);
 	if (h->renewing != NULL)
-		h->renewing->hold = NULL;
-	if (h->checking != NULL && h->checking->in_flight)
-		h->checking->hold = NULL;
+		lockreq_hold_gone(h->renewing);
+	if (h->checking != NULL && lockreq_in_flight(h->checking))
+		lockreq_hold_gone(h->checking);
 	else if (h->checking != NULL)
 		lockreq_free(h->checking); /* waiting to ask again */
 	event_free(h->expire_ev);
@@ -153,7 +166,7 @@ lockhold_assume(struct lock_req *req)
 	    req->start_ms, req->ttl_ms, hold.cf->locks.clock_drift);
 	struct lock_hold *h;
 
-	req->lease_seq = ++hold.lease_seq;
+	lockreq_lease_seq(req, ++hold.lease_seq);
 	LIST_FOREACH (h, &req->ln->holds, name_entry) {
 		if (strcmp(h->token, req->token) != 0 ||
 		    !lockhold_same_family(h, req))
@@ -328,10 +341,9 @@ lockhold_extend(struct lock_hold *h, uint64_t ttl_ms, bool confirming)
 	struct lock_req *req;
 
 	req = lockreq_new(OP_RENEW, NULL, h->ln->name, h->token);
-	req->hold = h;
-	req->confirming = confirming;
+	lockreq_for_hold(req, h, confirming);
 	lockreq_send(req);
-	req->ttl_ms = ttl_ms;
+	lockreq_set_ttl(req, ttl_ms);
 	h->renewing = req;
 	/* A reload may have shortened lease_ms. */
 	lockhold_assume(req);
@@ -369,8 +381,8 @@ lockhold_handed(struct lock_hold *h, uint64_t until_ms)
 		h->valid_until_ms = until_ms;
 		lockhold_arm(h);
 	}
-	if (h->renewing != NULL)
-		h->renewing->hold = NULL; /* of an earlier grant: not ours */
+	if (h->renewing != NULL) /* of an earlier grant: not ours */
+		lockreq_hold_gone(h->renewing);
 	lockhold_extend(h, h->ttl_ms, true);
 }
 
@@ -383,15 +395,15 @@ lockhold_renew_cb(const struct lockdb_reply *r, void *arg)
 	/* redis.wait_replicas: a renewal counts only once that many replicas
 	 * have it, as a grant does; a replica promoted meanwhile would
 	 * otherwise let the lease end early while the holder trusts it. */
-	if (h != NULL && r->status == LDB_OK && !req->replicating &&
+	if (h != NULL && r->status == LDB_OK && !lockreq_replicating(req) &&
 	    hold.cf->redis.wait_replicas > 0 && h->kind == LOCK_SESSION) {
-		req->replicating = true;
+		lockreq_replicate(req, req->fence);
 		lockdb_wait(h->ln->name, hold.cf->redis.wait_replicas,
 		    (uint64_t)hold.cf->redis.command_timeout_ms / 2,
 		    lockhold_renew_cb, req);
 		return;
 	}
-	if (req->replicating && r->status == LDB_OK &&
+	if (lockreq_replicating(req) && r->status == LDB_OK &&
 	    r->fence < (uint64_t)hold.cf->redis.wait_replicas) {
 		/* Not replicated: as if not answered. */
 		struct lockdb_reply short_of = { .status = LDB_UNAVAILABLE };
@@ -555,17 +567,9 @@ lockhold_check_cb(const struct lockdb_reply *r, void *arg)
 	lockreq_landed(req);
 	if (h != NULL &&
 	    (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL)) {
-		if (req->deadline_ev == NULL &&
-		    (req->deadline_ev = evtimer_new(
-			 hold.base, lockhold_check_retry_cb, req)) == NULL)
-			fatalx("lock: evtimer_new failed");
-		req->retry_ms = req->retry_ms == 0
-		    ? (uint64_t)hold.cf->locks.retry_min_ms
-		    : req->retry_ms * 2;
-		if (req->retry_ms > (uint64_t)hold.cf->redis.command_timeout_ms)
-			req->retry_ms =
-			    (uint64_t)hold.cf->redis.command_timeout_ms;
-		lockreq_timer(req->deadline_ev, req->retry_ms);
+		lockreq_deadline(req, lockhold_check_retry_cb,
+		    lockreq_backoff(req, (uint64_t)hold.cf->locks.retry_min_ms,
+			(uint64_t)hold.cf->redis.command_timeout_ms));
 		return;
 	}
 	if (h != NULL && r->status == LDB_OK && req->again) {
@@ -601,10 +605,8 @@ lockhold_check_send(struct lock_req *req)
 	bool excl = h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL;
 	bool restore = excl && h->stale && h->valid_until_ms > now;
 
-	lockreq_send(req);
+	lockreq_send_at(req, now, req->sub_epoch);
 	STAT_INC(confirms_total);
-	req->again = false;
-	req->start_ms = now;
 	if (excl)
 		lockreq_hold_info(h, info, sizeof info);
 	lockdb_check(h->ln->name, h->token, h->fence,
@@ -624,11 +626,11 @@ lockhold_check_hold(struct lock_hold *h)
 	struct lock_req *req;
 
 	if ((req = h->checking) != NULL) {
-		req->again = req->in_flight; /* else it asks anew */
+		lockreq_ask_again(req); /* if in Redis; else it asks anew */
 		return;
 	}
 	req = lockreq_new(OP_CHECK, NULL, h->ln->name, h->token);
-	req->hold = h;
+	lockreq_for_hold(req, h, false);
 	h->checking = req;
 	lockhold_check_send(req);
 }

@@ -34,6 +34,10 @@ void lockhold_init(struct event_base *base, const struct config *cf,
 /* Free the trust timers (the last step of a shutdown). */
 void lockhold_shutdown(void);
 
+/* o has no holds yet. */
+void lockhold_owner_init(struct lock_owner *o);
+/* h's RELEASE is in Redis. */
+void lockhold_releasing(struct lock_hold *h);
 /* A grant (or a same-token re-grant) becomes the owner's hold. */
 struct lock_hold *lockhold_set(
     struct lock_owner *o, struct lock_req *req, uint64_t fence);

@@ -66,26 +66,32 @@ lockq_retry_stop(struct lock_name *ln)
 		evtimer_del(ln->retry_ev);
 }
 
+/* req leaves its queue, granted or not (or is granted out of it). */
+static void
+lockq_leave(struct lock_req *req, bool granted)
+{
+	bool queued = lockreq_queued(req);
+	uint64_t handed = lockreq_leave(req, granted);
+
+	if (!queued)
+		return;
+	q.nwaiters--;
+	STAT_SET(waiters, q.nwaiters);
+	lockreq_deadline_stop(req);
+	/* Left without a grant: its place goes (a grant took it already),
+	 * and a hand-over it was to confirm is given back. */
+	if (req->took && !granted)
+		lockdb_cancel(req->ln->name, req->ticket);
+	if (handed != 0 && !granted &&
+	    !lockq_token_used(req->ln, req->token, req))
+		lockrel_release(req->ln->name, req->token, handed, false, 0);
+}
+
+/* req leaves its queue without a grant (if it is in it). */
 static void
 lockq_dequeue(struct lock_req *req)
 {
-	if (!req->queued)
-		return;
-	TAILQ_REMOVE(&req->ln->waiters, req, queue_entry);
-	req->queued = false;
-	q.nwaiters--;
-	STAT_SET(waiters, q.nwaiters);
-	if (req->deadline_ev != NULL)
-		evtimer_del(req->deadline_ev);
-	/* Left without a grant: its place goes (a grant took it already),
-	 * and a hand-over it was to confirm is given back. */
-	if (req->took && !req->granted)
-		lockdb_cancel(req->ln->name, req->ticket);
-	if (req->handed != 0 && !req->granted &&
-	    !lockq_token_used(req->ln, req->token, req))
-		lockrel_release(
-		    req->ln->name, req->token, req->handed, false, 0);
-	req->handed = 0;
+	lockq_leave(req, false);
 }
 
 /* The waiter whose tries keep the name's queue here going: the first with
@@ -106,12 +112,10 @@ lockq_trier(struct lock_name *ln)
 void
 lockq_abandon(struct lock_req *req)
 {
-	if (req->owner != NULL)
-		req->owner->pending = NULL;
-	req->owner = NULL;
+	lockreq_orphan(req);
 	lockq_dequeue(req);
-	if (!req->in_flight)
-		lockreq_free(req);
+	if (!lockreq_in_flight(req))
+		lockreq_free_undo(req);
 }
 
 /*
@@ -199,8 +203,7 @@ lockq_granted(struct lock_req *req, uint64_t fence)
 		return;
 	}
 	STAT_INC(grants_total);
-	req->granted = true;
-	lockq_dequeue(req);
+	lockq_leave(req, true);
 	if (o == NULL) {
 		/* Asked for, then left or timed out: give it straight back,
 		 * unless it is a kept lock under the client's own token (it
@@ -277,14 +280,10 @@ lockq_grant_late(struct lock_req *req, uint64_t fence)
 static void
 lockq_attempt_begin(struct lock_req *req)
 {
-	req->trying = true;
 	req->ln->attempting = true;
 	req->ln->kicked = false;
-	lockreq_send(req);
-	req->tries++;
-	req->start_ms = mono_ms();
+	lockreq_attempt(req, mono_ms(), q.sub_epoch);
 	/* Another connection here may hold it under the same token. */
-	req->sub_epoch = q.sub_epoch;
 	lockhold_assume(req);
 	lockreq_token_asks(req);
 }
@@ -294,7 +293,6 @@ static void
 lockq_attempt_end(struct lock_req *req)
 {
 	lockname_pin(req->ln);
-	req->trying = false;
 	req->ln->attempting = false;
 	lockreq_landed(req);
 }
@@ -313,13 +311,14 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	int want = q.cf->redis.wait_replicas;
 
 	if (r->status == LDB_OK && r->fence >= (uint64_t)want) {
-		(req->trying ? lockq_attempt_cb : lockq_side_cb)(&granted, req);
+		(lockreq_trying(req) ? lockq_attempt_cb : lockq_side_cb)(
+		    &granted, req);
 		return;
 	}
 	log_warnx("lock %s: granted, but %" PRIu64
 		  " of %d replicas have it; released",
 	    ln->name, r->status == LDB_OK ? r->fence : 0, want);
-	if (req->trying)
+	if (lockreq_trying(req))
 		lockq_attempt_end(req);
 	else {
 		lockname_pin(ln);
@@ -334,7 +333,7 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 	lockq_dequeue(req);
 	lockreq_answer_err(req, PERR_UNAVAILABLE,
 	    "the grant did not reach redis.wait_replicas replicas in time");
-	lockreq_free(req);
+	lockreq_free_undo(req);
 	lockq_schedule(ln, 0);
 	lockname_unref(ln);
 }
@@ -342,8 +341,7 @@ lockq_replicas_cb(const struct lockdb_reply *r, void *arg)
 static void
 lockq_replicate(struct lock_req *req, uint64_t fence)
 {
-	req->replicating = true;
-	req->fence = fence;
+	lockreq_replicate(req, fence);
 	lockdb_wait(req->ln->name, q.cf->redis.wait_replicas,
 	    (uint64_t)q.cf->redis.command_timeout_ms / 2, lockq_replicas_cb,
 	    req);
@@ -363,7 +361,7 @@ lockq_watch(struct lock_name *ln, uint64_t fence, uint64_t tried_us)
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
 		if (r->mode == LOCK_FILL && r->wait_ms != 0 &&
 		    r->created_us <= tried_us && r->watch < fence)
-			r->watch = fence;
+			lockreq_watch(r, fence);
 }
 
 /* A new FILL waiter waits on the leader here, unless it is releasing. */
@@ -403,8 +401,8 @@ lockq_done(struct lock_req *head, uint64_t done)
 		STAT_INC(fills_done_total);
 		lockq_dequeue(r);
 		lockreq_answer_status(r, LOCK_DONE);
-		if (r != head && !r->in_flight)
-			lockreq_free(r);
+		if (r != head && !lockreq_in_flight(r))
+			lockreq_free_undo(r);
 	}
 }
 
@@ -436,15 +434,16 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	uint64_t next = UINT64_MAX;
 
 	if (r->status == LDB_OK && q.cf->redis.wait_replicas > 0 &&
-	    !req->replicating) {
+	    !lockreq_replicating(req)) {
 		lockq_replicate(req, r->fence);
 		return;
 	}
 	lockq_attempt_end(req);
 	if (r->status == LDB_UNAVAILABLE)
-		req->unsure = true;
+		lockreq_unsure(req);
 	if (r->status == LDB_OK)
-		req->took = false; /* the grant took it out of the queue */
+		lockreq_place_used(
+		    req); /* the grant took it out of the queue */
 	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
 		next = 0; /* given back: the head tries again at once */
 		if (req->owner == NULL || req->wait_ms == 0) {
@@ -461,7 +460,7 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 	} else if (r->status == LDB_DONE) {
 		lockq_done(req, r->fence);
 		next = 0;
-		if (req->queued && req->wait_ms == 0) {
+		if (lockreq_queued(req) && req->wait_ms == 0) {
 			/* Became a try-once on its way: never told DONE. */
 			lockq_dequeue(req);
 			lockreq_answer_status(req, LOCK_TIMEOUT);
@@ -478,10 +477,10 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		if (req->ticket != 0 && req->took && r->pttl != UINT64_MAX)
 			ln->backoff_ms = (uint64_t)q.cf->locks.retry_max_ms;
 		if (r->marked)
-			req->marked_writer = true;
+			lockreq_marked_writer(req);
 		if (req->mode == LOCK_FILL && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
-		if (r->head != 0 && req->queued)
+		if (r->head != 0 && lockreq_queued(req))
 			lockq_ask_head(ln, req, r->head);
 		if (req->handed != 0)
 			lockq_confirm(req);
@@ -501,8 +500,8 @@ lockq_attempt_cb(const struct lockdb_reply *r, void *arg)
 		next = r->pttl; /* a grace period: over in pttl ms */
 	}
 	/* Redis trouble leaves a waiter queued: it waits to its deadline. */
-	if (!req->queued && !req->in_flight)
-		lockreq_free(req);
+	if (!lockreq_queued(req) && !lockreq_in_flight(req))
+		lockreq_free_undo(req);
 	if (ln->kicked)
 		lockq_kick(ln);
 	else
@@ -533,17 +532,7 @@ lockq_ask(struct lock_req *req, struct lockdb_ask *a, char *info, size_t len)
 	struct lock_req *first = lockq_trier(req->ln);
 
 	lockreq_ask(req, lockq_mark_ms(req), a, info, len);
-	req->retake = false;
-	if (req->wait_ms == 0)
-		a->ticket = 0; /* turned try-once (input ended): no place */
-	else if (req->ticket != 0) {
-		req->took = true;
-		if (req->ticket_ms == 0)
-			req->ticket_ms = req->start_ms;
-		a->least = first->ticket != 0 && first->ticket < req->ticket
-		    ? first->ticket
-		    : req->ticket;
-	}
+	lockreq_take_place(req, a, first->ticket);
 }
 
 /*
@@ -559,7 +548,7 @@ lockq_ask_head(
 	struct lock_req *r;
 
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
-		if (r != trier && r->ticket == head && !r->in_flight) {
+		if (r != trier && r->ticket == head && !lockreq_in_flight(r)) {
 			lockq_take(r);
 			return;
 		}
@@ -584,8 +573,8 @@ lockq_fill_along(struct lock_name *ln)
 		if (r->mode == LOCK_FILL &&
 		    (r->wait_ms != 0 || r->tried_us == 0))
 			break;
-	if (r != NULL && !r->in_flight) {
-		r->tried_us = mono_us();
+	if (r != NULL && !lockreq_in_flight(r)) {
+		lockreq_tried(r, mono_us());
 		lockq_take(r);
 	}
 }
@@ -600,10 +589,10 @@ lockq_attempt(struct lock_name *ln)
 
 	if (req == NULL)
 		ln->retaking = false;
-	if (req == NULL || ln->attempting || req->in_flight)
+	if (req == NULL || ln->attempting || lockreq_in_flight(req))
 		return;
 	lockq_attempt_begin(req);
-	req->tried_us = mono_us();
+	lockreq_tried(req, mono_us());
 	lockq_ask(req, &a, info, sizeof info);
 	lockdb_acquire(ln->name, &a, lockq_attempt_cb, req);
 	if (ln->retaking)
@@ -619,8 +608,9 @@ lockq_try_now(struct lock_req *req)
 
 	lockq_retry_stop(ln);
 	lockq_attempt(ln); /* the trier, taking a FILL along */
-	if (!req->in_flight && req->tried_us == 0 && lockq_trier(ln) != req) {
-		req->tried_us = mono_us();
+	if (!lockreq_in_flight(req) && req->tried_us == 0 &&
+	    lockq_trier(ln) != req) {
+		lockreq_tried(req, mono_us());
 		lockq_take(req);
 	}
 }
@@ -633,9 +623,7 @@ lockq_take(struct lock_req *req)
 	struct lockdb_ask a;
 	char info[LOCKREQ_INFO];
 
-	lockreq_send(req);
-	req->start_ms = mono_ms();
-	req->sub_epoch = q.sub_epoch;
+	lockreq_send_at(req, mono_ms(), q.sub_epoch);
 	lockhold_assume(req);
 	lockreq_token_asks(req);
 	lockq_ask(req, &a, info, sizeof info);
@@ -653,13 +641,8 @@ lockq_take(struct lock_req *req)
 static void
 lockq_confirm(struct lock_req *req)
 {
-	uint64_t fence = req->handed;
+	uint64_t fence = lockreq_send_confirm(req, mono_ms(), q.sub_epoch);
 
-	req->handed = 0;
-	req->fence = fence;
-	lockreq_send(req);
-	req->start_ms = mono_ms();
-	req->sub_epoch = q.sub_epoch;
 	lockhold_assume(req);
 	lockdb_extend(req->ln->name, req->token, fence, req->ttl_ms,
 	    lockq_confirm_cb, req);
@@ -689,16 +672,17 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 	struct lock_name *ln = req->ln;
 
 	if (r->status == LDB_OK && q.cf->redis.wait_replicas > 0 &&
-	    !req->replicating) {
+	    !lockreq_replicating(req)) {
 		lockq_replicate(req, r->fence);
 		return;
 	}
 	lockname_pin(ln);
 	lockreq_landed(req);
 	if (r->status == LDB_UNAVAILABLE)
-		req->unsure = true;
+		lockreq_unsure(req);
 	if (r->status == LDB_OK)
-		req->took = false; /* the grant took it out of the queue */
+		lockreq_place_used(
+		    req); /* the grant took it out of the queue */
 	if (r->status == LDB_OK && !lockq_grant_late(req, r->fence))
 		lockq_granted(req, r->fence);
 	else if (req->owner == NULL)
@@ -708,7 +692,8 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 	else if (r->status == LDB_INTERNAL) {
 		lockq_dequeue(req);
 		lockreq_answer_db_error(req, r);
-	} else if (req->queued && req->wait_ms == 0 && req->handed == 0) {
+	} else if (lockreq_queued(req) && req->wait_ms == 0 &&
+	    req->handed == 0) {
 		/* A try-once (its input ended before it asked, or while its
 		 * first try was in Redis): its one answer ends it, a FILL is
 		 * never told DONE, and nothing takes its place again (with no
@@ -725,19 +710,19 @@ lockq_side_cb(const struct lockdb_reply *r, void *arg)
 			lockreq_answer_db_error(req, r);
 	} else if (r->status == LDB_DONE) /* a FILL waiter's */
 		lockq_done(req, r->fence);
-	else if (req->mode == LOCK_FILL && req->queued) {
+	else if (req->mode == LOCK_FILL && lockreq_queued(req)) {
 		/* Refused (or Redis away): it asks again with the trier. */
 		if (r->status == LDB_NO && r->marked)
-			req->marked_writer = true;
+			lockreq_marked_writer(req);
 		if (r->status == LDB_NO && r->fence > 0)
 			lockq_watch(ln, r->fence, req->tried_us);
 	} else if (req->handed != 0)
 		lockq_confirm(req);
-	else if (req->queued && (!req->took || req->retake))
+	else if (lockreq_queued(req) && (!req->took || req->retake))
 		lockq_take(req); /* not granted after all, or its place may
 				    be gone: queue again */
-	if (!req->queued && !req->in_flight)
-		lockreq_free(req);
+	if (!lockreq_queued(req) && !lockreq_in_flight(req))
+		lockreq_free_undo(req);
 	lockq_keep_trying(ln);
 	lockname_unref(ln);
 }
@@ -795,24 +780,24 @@ lockq_handed(const char *name, uint64_t ticket, uint64_t fence,
 		return;
 	}
 	STAT_INC(handovers_in_total);
-	req->took = false; /* out of the queue in Redis */
-	if (req->in_flight) {
+	lockreq_place_used(req); /* out of the queue in Redis */
+	if (lockreq_in_flight(req)) {
 		/* A try of its own is in Redis: sent after our release (this
 		 * connection keeps order), it finds the grant its own; one
 		 * sent to confirm a hand-over is the same grant. Another
 		 * broker's hand-over is confirmed once it answers. */
 		if (sent_ms == 0)
-			req->handed = fence;
+			lockreq_handed(req, fence);
 		return;
 	}
 	if (sent_ms == 0 && (until = lockq_handed_early(req, ttl_ms)) == 0) {
-		req->handed = fence;
+		lockreq_handed(req, fence);
 		lockq_confirm(req);
 		return;
 	}
 	lockname_pin(ln);
-	lockreq_send(req);
-	req->start_ms = sent_ms != 0 ? sent_ms : req->ticket_ms;
+	lockreq_send_at(
+	    req, sent_ms != 0 ? sent_ms : req->ticket_ms, req->sub_epoch);
 	o = req->owner;
 	lockq_side_cb(
 	    &(struct lockdb_reply){ .status = LDB_OK, .fence = fence }, req);
@@ -830,8 +815,8 @@ lockq_deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 	lockq_dequeue(req);
 	lockreq_answer_status(req, LOCK_TIMEOUT);
-	if (!req->in_flight)
-		lockreq_free(req);
+	if (!lockreq_in_flight(req))
+		lockreq_free_undo(req);
 }
 
 /* CANCEL: a queued waiter's wait ends now, as if its WAIT ran out. */
@@ -846,25 +831,23 @@ lockq_enqueue(struct lock_req *req)
 {
 	struct lock_name *ln = req->ln;
 
+	uint64_t ticket = 0;
+
 	if (req->mode == LOCK_FILL && req->wait_ms != 0)
-		req->watch = lockq_watch_of(ln);
+		lockreq_watch(req, lockq_watch_of(ln));
 	/* A waiter's place is one queue for every broker (a FILL waiter
 	 * waits on its leader instead). */
 	if (req->mode != LOCK_FILL && req->wait_ms != 0 &&
 	    chaos_fault != CHAOS_NO_TICKETS) {
-		req->ticket = ++q.tickets;
+		ticket = ++q.tickets;
 		STAT_INC(tickets_total);
 	}
-	TAILQ_INSERT_TAIL(&ln->waiters, req, queue_entry);
-	req->queued = true;
+	lockreq_queue(req, ticket);
 	q.nwaiters++;
 	STAT_SET(waiters, q.nwaiters);
-	if (req->wait_ms > 0) {
-		req->deadline_ev = evtimer_new(q.base, lockq_deadline_cb, req);
-		if (req->deadline_ev == NULL)
-			fatalx("lock: evtimer_new failed");
-		lockreq_timer(req->deadline_ev, (uint64_t)req->wait_ms);
-	}
+	if (req->wait_ms > 0)
+		lockreq_deadline(
+		    req, lockq_deadline_cb, (uint64_t)req->wait_ms);
 	if (lockq_trier(ln) == req && !ln->attempting) {
 		ln->backoff_ms = (uint64_t)q.cf->locks.retry_min_ms;
 		lockq_retry_stop(ln);
@@ -887,7 +870,8 @@ lockq_retake_rest(struct lock_name *ln)
 
 	ln->retaking = false;
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
-		if (r != trier && r->ticket != 0 && r->retake && !r->in_flight)
+		if (r != trier && r->ticket != 0 && r->retake &&
+		    !lockreq_in_flight(r))
 			lockq_take(r);
 }
 
@@ -908,15 +892,15 @@ lockq_retake(struct lock_name *ln, void *arg)
 		return;
 	TAILQ_FOREACH (r, &ln->waiters, queue_entry)
 		if (r != trier && r->ticket != 0)
-			r->retake = true;
+			lockreq_retake(r);
 	ln->retaking = true;
-	if (!ln->attempting && !trier->in_flight) {
+	if (!ln->attempting && !lockreq_in_flight(trier)) {
 		lockq_retry_stop(ln);
 		lockq_attempt(ln);
 	} else if (ln->attempting)
 		ln->kicked = true; /* its try's answer tries again at once */
 	else
-		trier->retake = true; /* a take of its own is in Redis */
+		lockreq_retake(trier); /* a take of its own is in Redis */
 	if (trier->ticket == 0)
 		lockq_retake_rest(ln); /* no place to keep before theirs */
 }

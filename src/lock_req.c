@@ -21,6 +21,7 @@
 #include "util.h"
 #include "xmalloc.h"
 
+static struct event_base *base;
 static size_t nreqs;	 /* requests alive */
 static char broker[128]; /* "<hostname>:<pid>:<random>", for WHO */
 
@@ -46,15 +47,53 @@ lockreq_new(
 	return req;
 }
 
+/*
+ * The legal moves of a request's two states (lock_req.h): any other is a
+ * bug, and the broker stops rather than lose track of a try in Redis or
+ * a waiter in a queue.
+ */
+static void
+lockreq_move_redis(struct lock_req *req, enum lockreq_redis to)
+{
+	static const bool legal[5][5] = {
+		[LOCKREQ_IDLE] = { [LOCKREQ_SENT] = true,
+		    [LOCKREQ_TRYING] = true },
+		[LOCKREQ_SENT] = { [LOCKREQ_IDLE] = true,
+		    [LOCKREQ_SENT_REPLICAS] = true },
+		[LOCKREQ_TRYING] = { [LOCKREQ_IDLE] = true,
+		    [LOCKREQ_TRYING_REPLICAS] = true },
+		[LOCKREQ_SENT_REPLICAS] = { [LOCKREQ_IDLE] = true },
+		[LOCKREQ_TRYING_REPLICAS] = { [LOCKREQ_IDLE] = true },
+	};
+
+	if (!legal[req->redis][to])
+		fatalx("lock %s: a request cannot go from %d to %d in Redis",
+		    req->ln->name, (int)req->redis, (int)to);
+	req->redis = to;
+}
+
+static void
+lockreq_move_place(struct lock_req *req, enum lockreq_place to)
+{
+	static const bool legal[4][4] = {
+		[LOCKREQ_NEW] = { [LOCKREQ_QUEUED] = true,
+		    [LOCKREQ_GRANTED] = true },
+		[LOCKREQ_QUEUED] = { [LOCKREQ_GRANTED] = true,
+		    [LOCKREQ_LEFT] = true },
+		[LOCKREQ_LEFT] = { [LOCKREQ_GRANTED] = true },
+	};
+
+	if (!legal[req->place][to])
+		fatalx("lock %s: a request cannot go from place %d to %d",
+		    req->ln->name, (int)req->place, (int)to);
+	req->place = to;
+}
+
 void
 lockreq_free(struct lock_req *req)
 {
-	/* An attempt Redis may have granted unseen is undone when it can be:
-	 * the token is this request's alone unless the client chose it. */
-	if (req->op == OP_ACQUIRE && req->unsure && !req->granted &&
-	    req->own_token)
-		lockrel_remember(req->ln->name, req->token, 0,
-		    req->start_ms + req->ttl_ms, LDB_DONE_NO);
+	if (req->place == LOCKREQ_QUEUED)
+		fatalx("lock %s: a queued request freed", req->ln->name);
 	if (req->deadline_ev != NULL)
 		event_free(req->deadline_ev);
 	lockreq_unask(req);
@@ -64,16 +103,261 @@ lockreq_free(struct lock_req *req)
 }
 
 void
+lockreq_free_undo(struct lock_req *req)
+{
+	/* An attempt Redis may have granted unseen is undone when it can be:
+	 * the token is this request's alone unless the client chose it. */
+	if (req->op == OP_ACQUIRE && req->unsure &&
+	    req->place != LOCKREQ_GRANTED && req->own_token)
+		lockrel_remember(req->ln->name, req->token, 0,
+		    req->start_ms + req->ttl_ms, LDB_DONE_NO);
+	lockreq_free(req);
+}
+
+void
+lockreq_terms(struct lock_req *req, enum lock_kind kind, enum lock_mode mode,
+    unsigned limit, uint64_t ttl_ms, int64_t wait_ms)
+{
+	req->kind = kind;
+	req->mode = mode;
+	req->limit = limit;
+	req->ttl_ms = ttl_ms;
+	req->wait_ms = wait_ms;
+}
+
+void
+lockreq_own_token(struct lock_req *req)
+{
+	util_random_token(req->token);
+	req->own_token = true;
+}
+
+void
+lockreq_set_ttl(struct lock_req *req, uint64_t ttl_ms)
+{
+	req->ttl_ms = ttl_ms;
+}
+
+void
+lockreq_set_fence(struct lock_req *req, uint64_t fence)
+{
+	req->fence = fence;
+}
+
+void
+lockreq_releases(struct lock_req *req, uint64_t fence, uint64_t lease_end_ms,
+    enum lockdb_done done)
+{
+	req->fence = fence;
+	req->lease_end_ms = lease_end_ms;
+	req->done = done;
+}
+
+void
+lockreq_for_hold(struct lock_req *req, struct lock_hold *h, bool confirming)
+{
+	req->hold = h;
+	req->confirming = confirming;
+}
+
+void
+lockreq_hold_gone(struct lock_req *req)
+{
+	req->hold = NULL;
+}
+
+void
+lockreq_lease_seq(struct lock_req *req, uint64_t seq)
+{
+	req->lease_seq = seq;
+}
+
+/* Its owner left: the request may live on in Redis, answering nobody. */
+void
+lockreq_orphan(struct lock_req *req)
+{
+	if (req->owner != NULL)
+		req->owner->pending = NULL;
+	req->owner = NULL;
+}
+
+void
 lockreq_send(struct lock_req *req)
 {
-	req->in_flight = true;
+	lockreq_move_redis(req, LOCKREQ_SENT);
+}
+
+/* A new ask answers for everything missed before it (OP_CHECK). */
+void
+lockreq_send_at(struct lock_req *req, uint64_t start_ms, uint64_t sub_epoch)
+{
+	lockreq_move_redis(req, LOCKREQ_SENT);
+	req->again = false;
+	req->start_ms = start_ms;
+	req->sub_epoch = sub_epoch;
+}
+
+void
+lockreq_attempt(struct lock_req *req, uint64_t start_ms, uint64_t sub_epoch)
+{
+	lockreq_move_redis(req, LOCKREQ_TRYING);
+	req->tries++;
+	req->start_ms = start_ms;
+	req->sub_epoch = sub_epoch;
+}
+
+void
+lockreq_replicate(struct lock_req *req, uint64_t fence)
+{
+	lockreq_move_redis(req,
+	    req->redis == LOCKREQ_TRYING ? LOCKREQ_TRYING_REPLICAS
+					 : LOCKREQ_SENT_REPLICAS);
+	req->fence = fence;
 }
 
 void
 lockreq_landed(struct lock_req *req)
 {
-	req->in_flight = false;
+	lockreq_move_redis(req, LOCKREQ_IDLE);
 	req->heard = true;
+}
+
+void
+lockreq_unsure(struct lock_req *req)
+{
+	req->unsure = true;
+}
+
+void
+lockreq_ask_again(struct lock_req *req)
+{
+	req->again = lockreq_in_flight(req);
+}
+
+void
+lockreq_queue(struct lock_req *req, uint64_t ticket)
+{
+	lockreq_move_place(req, LOCKREQ_QUEUED);
+	req->ticket = ticket;
+	TAILQ_INSERT_TAIL(&req->ln->waiters, req, queue_entry);
+}
+
+uint64_t
+lockreq_leave(struct lock_req *req, bool granted)
+{
+	uint64_t handed = req->handed;
+
+	if (req->place != LOCKREQ_QUEUED && !granted)
+		return 0;
+	if (req->place == LOCKREQ_QUEUED) {
+		TAILQ_REMOVE(&req->ln->waiters, req, queue_entry);
+		req->handed = 0;
+	} else
+		handed = 0;
+	lockreq_move_place(req, granted ? LOCKREQ_GRANTED : LOCKREQ_LEFT);
+	return handed;
+}
+
+void
+lockreq_take_place(struct lock_req *req, struct lockdb_ask *a, uint64_t first)
+{
+	req->retake = false;
+	if (req->wait_ms == 0)
+		a->ticket = 0; /* turned try-once (input ended): no place */
+	else if (req->ticket != 0) {
+		req->took = true;
+		if (req->ticket_ms == 0)
+			req->ticket_ms = req->start_ms;
+		a->least =
+		    first != 0 && first < req->ticket ? first : req->ticket;
+	}
+}
+
+void
+lockreq_place_used(struct lock_req *req)
+{
+	req->took = false;
+}
+
+void
+lockreq_retake(struct lock_req *req)
+{
+	req->retake = true;
+}
+
+void
+lockreq_handed(struct lock_req *req, uint64_t fence)
+{
+	req->handed = fence;
+}
+
+uint64_t
+lockreq_send_confirm(
+    struct lock_req *req, uint64_t start_ms, uint64_t sub_epoch)
+{
+	req->fence = req->handed;
+	req->handed = 0;
+	lockreq_send_at(req, start_ms, sub_epoch);
+	return req->fence;
+}
+
+void
+lockreq_marked_writer(struct lock_req *req)
+{
+	req->marked_writer = true;
+}
+
+void
+lockreq_watch(struct lock_req *req, uint64_t fence)
+{
+	req->watch = fence;
+}
+
+void
+lockreq_tried(struct lock_req *req, uint64_t now_us)
+{
+	req->tried_us = now_us;
+}
+
+/* A try-once never watches a FILL leader: it is never told DONE. */
+void
+lockreq_try_once(struct lock_req *req)
+{
+	req->wait_ms = 0;
+	req->watch = 0;
+	lockreq_deadline_stop(req);
+}
+
+void
+lockreq_cancel(struct lock_req *req)
+{
+	req->cancelled = true;
+}
+
+void
+lockreq_deadline(struct lock_req *req,
+    void (*fn)(evutil_socket_t, short, void *), uint64_t ms)
+{
+	if (req->deadline_ev == NULL &&
+	    (req->deadline_ev = evtimer_new(base, fn, req)) == NULL)
+		fatalx("lock: evtimer_new failed");
+	lockreq_timer(req->deadline_ev, ms);
+}
+
+void
+lockreq_deadline_stop(struct lock_req *req)
+{
+	if (req->deadline_ev != NULL)
+		evtimer_del(req->deadline_ev);
+}
+
+uint64_t
+lockreq_backoff(struct lock_req *req, uint64_t min_ms, uint64_t max_ms)
+{
+	req->retry_ms = req->retry_ms == 0 ? min_ms : req->retry_ms * 2;
+	if (req->retry_ms > max_ms)
+		req->retry_ms = max_ms;
+	return req->retry_ms;
 }
 
 void
@@ -257,11 +541,12 @@ lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,
 }
 
 void
-lockreq_init(struct event_base *base)
+lockreq_init(struct event_base *event_base)
 {
 	char host[64], nonce[UTIL_TOKEN_HEXLEN + 1];
 
 	nreqs = 0;
+	base = event_base;
 	lockname_init(base);
 	if (gethostname(host, sizeof host) != 0)
 		snprintf(host, sizeof host, "localhost");
