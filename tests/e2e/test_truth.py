@@ -17,7 +17,8 @@ import socket
 import tempfile
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, Redis, Resp, main, wait_for
+from lbtest import (LATE, SLOW, BrokerTest, Redis, Resp, main, wait_for,
+                    wait_until)
 
 ADMIN = "adm1n-secret"
 OK_RE = r"^OK (\d+) (\d+) (\S+)$"
@@ -148,6 +149,15 @@ class TruthBase(BrokerTest):
         self.addCleanup(wait)
         return wait
 
+    def blocked(self, broker):
+        """True when a Redis connection of broker's is held by a pause."""
+        ports = redis_conn_ports(broker, self.redis.port)
+        for l in self.redis("CLIENT", "LIST").splitlines():
+            f = dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
+            if int(f["addr"].rsplit(":", 1)[1]) in ports and "b" in f["flags"]:
+                return True
+        return False
+
     def admin(self, broker):
         c = self.client(broker)
         self.assertEqual(c.cmd("AUTH " + ADMIN), "OK")
@@ -191,7 +201,10 @@ class OwedRelease(TruthBase):
                         (5000 * SLOW))
         self.assertGreater(fence_of(reply), f1, reply)
         woke()
-        time.sleep(1.5)  # the broker re-sends what it owes meanwhile
+        # The broker re-sends what it owes meanwhile (its retry timer, or
+        # a reconnect): a release that does not run shows no event, so a
+        # window that covers both.
+        time.sleep(1.5)
         value = self.redis("GET", KEY % "job")
         self.assertIsNotNone(
             value, "the owed release of grant 1 deleted grant 2")
@@ -217,14 +230,17 @@ class SameGrantAgain(TruthBase):
         busy = Resp(self.redis.port)
         self.addCleanup(busy.close)
         resp_send(busy, "EVAL", "while 1 do end", 0)
-        time.sleep(0.3)
+        wait_until(lambda: "BUSY" in str(self.redis("PING")),
+                   what="Redis to answer BUSY")
         self.assertEqual(a.cmd("RELEASE n TOKEN " + token),
                          "ERR UNAVAILABLE Redis answered BUSY")
         a.send("ACQUIRE n TTL 8000 TOKEN %s WAIT %d" % (token, 5000 * SLOW))
-        time.sleep(0.3)
+        self.broker.wait_info("waiters", 1)  # refused BUSY, trying again
         self.assertEqual(self.redis("SCRIPT", "KILL"), "OK")
         self.assertEqual(fence_of(a.line()), int(f1))  # the same grant
-        time.sleep(3.5)  # the owed release's retry (command_timeout_ms)
+        # Past the owed release's retry (command_timeout_ms after it was
+        # refused): a release that does not run shows no event.
+        time.sleep(3.5)
         value = self.redis("GET", KEY % "n")
         self.assertIsNotNone(value, "the owed release deleted the re-grant")
         self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
@@ -245,16 +261,19 @@ class SameTokenInFlight(TruthBase):
         B's ACQUIRE, which gets grant 1 back."""
         a, b, c = self.client(), self.client(), self.client()
         f1, token = a.cmd("ACQUIRE n TTL 1200").split()[1:4:2]
+        # The stall placed across the end of the trusted half (600 ms):
+        # time passing is the set-up, and no event comes before that end.
         time.sleep(0.3)
         woke = self.stall_redis(0.6)
         b.send("ACQUIRE n TTL %d TOKEN %s WAIT 0" % (3000 * SLOW, token))
         self.assert_lost(a, "n", ("expired",), 2 * SLOW)
         woke()
         self.assertEqual(fence_of(b.line()), int(f1))
-        time.sleep(0.2)
+        # Through the broker's Redis connection, after any release it
+        # sent for the lost hold (at the loss, or at B's answer).
+        self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
         self.assertIsNotNone(self.redis("GET", KEY % "n"),
                              "the lost hold's release deleted B's re-grant")
-        self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
         self.assertEqual(locks_of(b), ["n"])
 
 
@@ -328,6 +347,7 @@ class RevokeRecheck(TruthBase):
             ids = self.broker_conns(self.broker)
             self.assertEqual(r("CLIENT", "KILL", "ID", ids["sub"]), 1)
             self.assertEqual(adm.cmd("REVOKE " + name), "OK 1")
+            # The fault's schedule (see above): its 0.1 s is the race.
             time.sleep(0.1)
             self.assertEqual(r("CLIENT", "KILL", "ID", ids["cmd"]), 1)
             line, _ = read_until(a, LOST_RE, 3.0 * LATE)
@@ -413,9 +433,13 @@ class ShorterRenewal(TruthBase):
         # until long after its 1800 ms ended.
         if time.monotonic() > granted + 1.6:
             self.skipTest("too slow to set up before the first renewal")
+        # The stall and the pause are placed around the renewal due at
+        # grant + 2000 ms, which no event announces (Redis, stalled,
+        # cannot show it arrive).
         time.sleep(max(0.0, granted + 1.7 - time.monotonic()))
         woke = self.stall_redis(0.7)
         stalled = time.monotonic()
+        # (as above)
         time.sleep(max(0.0, granted + 2.1 - time.monotonic()))
         pauser = Resp(self.redis.port)
         self.addCleanup(pauser.close)
@@ -476,13 +500,14 @@ class FillTryOnce(TruthBase):
         # Held back by the pause in this order: the release, then the
         # waiter's first try (which watches the leader here).
         z.send("RELEASE f TOKEN " + token)
-        time.sleep(0.15)
+        wait_until(lambda: self.blocked(other), what="the release paused")
         w = self.client()
         w.send("FILL f")
         w.sock.shutdown(socket.SHUT_WR)
-        time.sleep(max(0.0, paused + 0.6 + 0.2 - time.monotonic()))
-        self.assertEqual(z.line(), "OK")
+        self.assertEqual(z.line(), "OK")  # the pause is over
         before = self.evals()
+        # A window of time, its scripts counted: a rate, which no event
+        # shows.
         time.sleep(1.0)
         calls = self.evals() - before
         self.assertLess(calls, 50, "%d scripts run in 1 s" % calls)
@@ -544,7 +569,7 @@ class CorruptFence(TruthBase):
         self.assertRegex(a.cmd("ACQUIRE h"), OK_RE)
         b.send("ACQUIRE h WAIT %d" % (5000 * SLOW))
         wait_for(lambda: self.broker.info()["waiters"] == "1")
-        time.sleep(0.1)
+        self.wait_queued("h")  # its first try is done
         self.redis("SET", KEY % "h" + ":fence", "abc")
         self.assertEqual(a.cmd("RELEASE h"), "OK")
         self.assertEqual(b.line(), "ERR INTERNAL unexpected reply from Redis")
