@@ -32,12 +32,13 @@ struct lockdb_script {
 	struct redisc_script rs;
 	int nkeys;
 	const char *keys[LOCKDB_KEYS_MAX];
+	int nargs; /* its ARGV, each named: LUA_<X>_ARG_<NAME> is its index */
 };
 
 #define LOCKDB_SCRIPT(x, X)                                                    \
 	static struct lockdb_script lockdb_lua_##x = {                         \
 		{ LUA_##X##_FILE, LUA_##X##_BODY, "" }, LUA_##X##_NKEYS,       \
-		LUA_##X##_KEYS                                                 \
+		LUA_##X##_KEYS, LUA_##X##_NARGS                                \
 	}
 
 LOCKDB_SCRIPT(acquire, ACQUIRE);
@@ -52,6 +53,13 @@ LOCKDB_SCRIPT(check, CHECK);
 LOCKDB_SCRIPT(revoke, REVOKE);
 LOCKDB_SCRIPT(incarnation, INCARNATION);
 LOCKDB_SCRIPT(batch, BATCH); /* acquire's and release's calls, batched */
+
+/* blind_release.lua is sent release.lua's arguments: the first it names. */
+_Static_assert(LUA_BLIND_RELEASE_ARG_TOKEN == LUA_RELEASE_ARG_TOKEN &&
+	LUA_BLIND_RELEASE_ARG_CHANNEL == LUA_RELEASE_ARG_CHANNEL &&
+	LUA_BLIND_RELEASE_ARG_LOCK_NAME == LUA_RELEASE_ARG_LOCK_NAME &&
+	LUA_BLIND_RELEASE_NARGS <= LUA_RELEASE_NARGS,
+    "blind_release.lua takes release.lua's arguments");
 
 enum lockdb_op {
 	LDB_ACQUIRE,
@@ -642,14 +650,14 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 
 /*
  * The script's passed keys (docs/protocol.md §8: the lock key, "", and
- * the keys of no name, "/<word>", as embed.py's passed()) and nargs
- * arguments.
+ * the keys of no name, "/<word>", as embed.py's passed()) and its
+ * arguments, args[LUA_<X>_ARG_<NAME>]: each must be filled.
  */
 static void
 lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
-    int nargs, const char *const *args, lockdb_cb *cb, void *arg)
+    const char *const *args, lockdb_cb *cb, void *arg)
 {
-	int nkeys = script->nkeys;
+	int nkeys = script->nkeys, nargs = script->nargs;
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
 	/* redis.prefix is at most 64 bytes, a name 200. */
@@ -687,42 +695,90 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {
+		if (args[i] == NULL) /* a name the call did not fill */
+			fatalx("lockdb: %s's argument %d is not filled",
+			    script->rs.name, i + 1);
 		lens[n] = strlen(args[i]);
 		argv[n++] = args[i];
 	}
 	redisc_eval(&script->rs, nkeys, n, argv, lens, lockdb_reply_cb, req);
 }
 
-void
-lockdb_acquire(
+/* A ticket's "<broker>#<n>" in buf ("" for none). */
+static void
+lockdb_ticket(char *buf, size_t size, uint64_t n)
+{
+	char *p = buf;
+
+	buf[0] = '\0';
+	if (n == 0)
+		return;
+	util_cat(&p, buf + size, ldb.broker);
+	util_cat(&p, buf + size, "#");
+	util_cat_u64(&p, buf + size, n);
+}
+
+/* An exclusive ACQUIRE or a FILL: acquire.lua. No printf on the request
+ * path: util_u64str. */
+static void
+lockdb_acquire_exclusive(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], watch[UTIL_U64_LEN];
+	char least[UTIL_U64_LEN], ticket[sizeof ldb.mine];
+	const char *args[LUA_ACQUIRE_NARGS] = {
+		[LUA_ACQUIRE_ARG_TOKEN] = a->token,
+		[LUA_ACQUIRE_ARG_TTL_MS] = ttl,
+		[LUA_ACQUIRE_ARG_MARK_MS] = mark,
+		[LUA_ACQUIRE_ARG_WHO_ENTRY] = a->info,
+		[LUA_ACQUIRE_ARG_IS_FILL] = a->mode == LDB_FILL ? "1" : "0",
+		[LUA_ACQUIRE_ARG_WATCH_FENCE] = watch,
+		[LUA_ACQUIRE_ARG_CLEAR_WRITER] = a->clear_writer ? "1" : "0",
+		[LUA_ACQUIRE_ARG_CHANNEL] = ldb.channel,
+		[LUA_ACQUIRE_ARG_LOCK_NAME] = name,
+		[LUA_ACQUIRE_ARG_TICKET] = ticket,
+		[LUA_ACQUIRE_ARG_LEAST_N] = least,
+		[LUA_ACQUIRE_ARG_LIVE_MS] = ldb.live,
+		[LUA_ACQUIRE_ARG_INCARNATION] = ldb.inc,
+		[LUA_ACQUIRE_ARG_RUN_ID] = ldb.runid,
+	};
+
+	util_u64str(ttl, a->ttl_ms + ldb.step_ms);
+	util_u64str(mark, a->mark_ms);
+	util_u64str(watch, a->watch);
+	util_u64str(least, a->least);
+	lockdb_ticket(ticket, sizeof ticket, a->ticket);
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire, name, args, cb, arg);
+}
+
+/* ACQUIRE ... SHARED or LIMIT n: share.lua. */
+static void
+lockdb_acquire_shared(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
 	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], n[UTIL_U64_LEN];
-	char watch[UTIL_U64_LEN], mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
-	char ticket[sizeof ldb.mine], *p = ticket;
-	const char *args[14] = { a->token, ttl, mark, a->info, mode, n,
-		a->clear_writer ? "1" : "0", ldb.channel, name, ticket, least,
-		ldb.live, ldb.inc, ldb.runid };
+	char mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
+	char ticket[sizeof ldb.mine], *p = mode;
+	const char *args[LUA_SHARE_NARGS] = {
+		[LUA_SHARE_ARG_TOKEN] = a->token,
+		[LUA_SHARE_ARG_TTL_MS] = ttl,
+		[LUA_SHARE_ARG_MARK_MS] = mark,
+		[LUA_SHARE_ARG_WHO_ENTRY] = a->info,
+		[LUA_SHARE_ARG_SHARE_MODE] = mode,
+		[LUA_SHARE_ARG_LIMIT_N] = n,
+		[LUA_SHARE_ARG_CHANNEL] = ldb.channel,
+		[LUA_SHARE_ARG_LOCK_NAME] = name,
+		[LUA_SHARE_ARG_INCARNATION] = ldb.inc,
+		[LUA_SHARE_ARG_RUN_ID] = ldb.runid,
+		[LUA_SHARE_ARG_TICKET] = ticket,
+		[LUA_SHARE_ARG_LEAST_N] = least,
+		[LUA_SHARE_ARG_LIVE_MS] = ldb.live,
+	};
 
-	/* No printf on the request path (issue 16): util_u64str. */
 	util_u64str(ttl, a->ttl_ms + ldb.step_ms);
 	util_u64str(mark, a->mark_ms);
-	ticket[0] = '\0';
-	if (a->ticket != 0) {
-		util_cat(&p, ticket + sizeof ticket, ldb.broker);
-		util_cat(&p, ticket + sizeof ticket, "#");
-		util_cat_u64(&p, ticket + sizeof ticket, a->ticket);
-	}
 	util_u64str(least, a->least);
-	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL) {
-		args[4] = a->mode == LDB_FILL ? "1" : "0";
-		util_u64str(watch, a->watch);
-		args[5] = watch;
-		lockdb_send(
-		    LDB_ACQUIRE, &lockdb_lua_acquire, name, 14, args, cb, arg);
-		return;
-	}
-	p = mode;
+	lockdb_ticket(ticket, sizeof ticket, a->ticket);
 	if (a->mode == LDB_SHARED) {
 		util_cat(&p, mode + sizeof mode, "SHARED");
 	} else {
@@ -732,14 +788,17 @@ lockdb_acquire(
 	util_u64str(n,
 	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
 								  : 0);
-	args[6] = ldb.channel;
-	args[7] = name;
-	args[8] = ldb.inc;
-	args[9] = ldb.runid;
-	args[10] = ticket;
-	args[11] = least;
-	args[12] = ldb.live;
-	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, 13, args, cb, arg);
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, args, cb, arg);
+}
+
+void
+lockdb_acquire(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL)
+		lockdb_acquire_exclusive(name, a, cb, arg);
+	else
+		lockdb_acquire_shared(name, a, cb, arg);
 }
 
 void
@@ -748,15 +807,27 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 {
 	static const char *const marks[] = { "0", "1", "2" };
 	char ms[UTIL_U64_LEN], f[UTIL_U64_LEN];
-	const char *args[12] = { token, ldb.channel, name, marks[done], ms, f,
-		ldb.broker, ldb.handoff, ldb.to, ldb.live, ldb.inc, ldb.runid };
+	const char *args[LUA_RELEASE_NARGS] = {
+		[LUA_RELEASE_ARG_TOKEN] = token,
+		[LUA_RELEASE_ARG_CHANNEL] = ldb.channel,
+		[LUA_RELEASE_ARG_LOCK_NAME] = name,
+		[LUA_RELEASE_ARG_DONE_MODE] = marks[done],
+		[LUA_RELEASE_ARG_DONE_KEEP_MS] = ms,
+		[LUA_RELEASE_ARG_GRANT_FENCE] = f,
+		[LUA_RELEASE_ARG_BROKER] = ldb.broker,
+		[LUA_RELEASE_ARG_HANDOFF_MS] = ldb.handoff,
+		[LUA_RELEASE_ARG_TO_PREFIX] = ldb.to,
+		[LUA_RELEASE_ARG_LIVE_MS] = ldb.live,
+		[LUA_RELEASE_ARG_INCARNATION] = ldb.inc,
+		[LUA_RELEASE_ARG_RUN_ID] = ldb.runid,
+	};
 
 	util_u64str(ms, done_ms > 0 ? done_ms : 1);
 	util_u64str(f, fence);
 	lockdb_send(LDB_RELEASE,
 	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
 					       : &lockdb_lua_release,
-	    name, 12, args, cb, arg);
+	    name, args, cb, arg);
 }
 
 static void
@@ -770,11 +841,11 @@ void
 lockdb_cancel(const char *name, uint64_t ticket)
 {
 	char tk[sizeof ldb.mine];
-	const char *args[1] = { tk };
+	const char *args[LUA_CANCEL_NARGS] = { [LUA_CANCEL_ARG_TICKET] = tk };
 
 	snprintf(tk, sizeof tk, "%s#%" PRIu64, ldb.broker, ticket);
-	lockdb_send(LDB_CANCEL, &lockdb_lua_cancel, name, 1, args,
-	    lockdb_cancel_cb, NULL);
+	lockdb_send(
+	    LDB_CANCEL, &lockdb_lua_cancel, name, args, lockdb_cancel_cb, NULL);
 }
 
 /* extend.lua with the lease in Redis as given (ms). */
@@ -783,12 +854,20 @@ lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
     lockdb_cb *cb, void *arg)
 {
 	char ttl[UTIL_U64_LEN], f[UTIL_U64_LEN];
-	const char *args[8] = { token, ttl, f, ldb.broker, ldb.channel, name,
-		ldb.inc, ldb.runid };
+	const char *args[LUA_EXTEND_NARGS] = {
+		[LUA_EXTEND_ARG_TOKEN] = token,
+		[LUA_EXTEND_ARG_TTL_MS] = ttl,
+		[LUA_EXTEND_ARG_GRANT_FENCE] = f,
+		[LUA_EXTEND_ARG_BROKER] = ldb.broker,
+		[LUA_EXTEND_ARG_CHANNEL] = ldb.channel,
+		[LUA_EXTEND_ARG_LOCK_NAME] = name,
+		[LUA_EXTEND_ARG_INCARNATION] = ldb.inc,
+		[LUA_EXTEND_ARG_RUN_ID] = ldb.runid,
+	};
 
 	util_u64str(ttl, ms);
 	util_u64str(f, fence);
-	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, 8, args, cb, arg);
+	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, args, cb, arg);
 }
 
 void
@@ -810,16 +889,20 @@ lockdb_status(const char *name, uint64_t fence, const char *token,
     lockdb_cb *cb, void *arg)
 {
 	char f[24];
-	const char *args[3] = { f, token != NULL ? token : "", ldb.inc };
+	const char *args[LUA_STATUS_NARGS] = {
+		[LUA_STATUS_ARG_GRANT_FENCE] = f,
+		[LUA_STATUS_ARG_TOKEN] = token != NULL ? token : "",
+		[LUA_STATUS_ARG_INCARNATION] = ldb.inc,
+	};
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
-	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, 3, args, cb, arg);
+	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, args, cb, arg);
 }
 
 void
 lockdb_who(const char *name, lockdb_cb *cb, void *arg)
 {
-	lockdb_send(LDB_WHO, &lockdb_lua_who, name, 0, NULL, cb, arg);
+	lockdb_send(LDB_WHO, &lockdb_lua_who, name, NULL, cb, arg);
 }
 
 void
@@ -827,23 +910,34 @@ lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
 	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
-	const char *args[6] = { token, f, ttl, value, ldb.inc, ldb.runid };
+	const char *args[LUA_CHECK_NARGS] = {
+		[LUA_CHECK_ARG_TOKEN] = token,
+		[LUA_CHECK_ARG_GRANT_FENCE] = f,
+		[LUA_CHECK_ARG_RESTORE_MS] = ttl,
+		[LUA_CHECK_ARG_LOCK_VALUE] = value,
+		[LUA_CHECK_ARG_INCARNATION] = ldb.inc,
+		[LUA_CHECK_ARG_RUN_ID] = ldb.runid,
+	};
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
 	snprintf(ttl, sizeof ttl, "%" PRIu64,
 	    info != NULL && restore_ms > 0 ? restore_ms + ldb.step_ms : 0);
 	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
-	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, 6, args, cb, arg);
+	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, args, cb, arg);
 }
 
 void
 lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 {
 	char keep[24];
-	const char *args[3] = { ldb.channel, name, keep };
+	const char *args[LUA_REVOKE_NARGS] = {
+		[LUA_REVOKE_ARG_CHANNEL] = ldb.channel,
+		[LUA_REVOKE_ARG_LOCK_NAME] = name,
+		[LUA_REVOKE_ARG_REVOKED_KEEP_MS] = keep,
+	};
 
 	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
-	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, 3, args, cb, arg);
+	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, args, cb, arg);
 }
 
 /*
@@ -924,13 +1018,10 @@ void
 lockdb_incarnation(void)
 {
 	char key[160];
-	const char *argv[6] = { key, ldb.runid, ldb.grace,
-		ldb.allow_eviction || ldb.quiet ||
-			chaos_fault == CHAOS_NO_EVICTION_CHECK
-		    ? "0"
-		    : "1",
-		ldb.skew, ldb.inc };
-	size_t lens[6];
+	/* The key, then the arguments by name. */
+	const char *argv[1 + LUA_INCARNATION_NARGS] = { key };
+	const char **args = argv + 1;
+	size_t lens[1 + LUA_INCARNATION_NARGS];
 	uint64_t *sent;
 
 	if (ldb.asking || !redisc_up() || strcmp(ldb.runid, "?") == 0)
@@ -944,12 +1035,20 @@ lockdb_incarnation(void)
 	ldb.asking = true;
 	snprintf(key, sizeof key, "%s%s", ldb.prefix,
 	    lockdb_lua_incarnation.keys[0] + 1);
-	for (int i = 0; i < 6; i++)
+	args[LUA_INCARNATION_ARG_RUN_ID] = ldb.runid;
+	args[LUA_INCARNATION_ARG_GRACE_MS] = ldb.grace;
+	args[LUA_INCARNATION_ARG_READ_EVICTIONS] = ldb.allow_eviction ||
+		ldb.quiet || chaos_fault == CHAOS_NO_EVICTION_CHECK
+	    ? "0"
+	    : "1";
+	args[LUA_INCARNATION_ARG_SKEW_MS] = ldb.skew;
+	args[LUA_INCARNATION_ARG_KNOWN_ID] = ldb.inc;
+	for (int i = 0; i < 1 + LUA_INCARNATION_NARGS; i++)
 		lens[i] = strlen(argv[i]);
 	sent = xmalloc(sizeof *sent);
 	*sent = mono_ms();
-	redisc_eval(&lockdb_lua_incarnation.rs, 1, 6, argv, lens,
-	    lockdb_incarnation_cb, sent);
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 1 + LUA_INCARNATION_NARGS,
+	    argv, lens, lockdb_incarnation_cb, sent);
 }
 
 void

@@ -21,26 +21,32 @@
 -- KEYS: lock /incarnation
 --   (KEYS[1..n]: each call's lock key; then the keys of no name its
 --   script is passed, the same for every call)
--- ARGV: n (how many calls), then for each call: its script (1: acquire,
---   2: release, 3: check), how many arguments it has, and those arguments
 -- Returns one reply for each call, in order.
 
-local n = tonumber(ARGV[1])
+local lockKey = KEYS[1] -- the first call's; the others' follow it
+local incarnationKey = KEYS[2] -- (after the n lock keys)
+local calls = ARGV[1] -- n, how many calls
+local callArgs = ARGV -- after n, for each call: its script (1: acquire,
+--   2: release, 3: check), how many arguments it has, and those arguments
+
+local n = tonumber(calls)
 -- wrap acquire.lua as acquire
 -- wrap release.lua as release
 -- wrap check.lua as check
 local scripts = {acquire, release, check}
-local seen, once = nil, gate
-gate = function(k, inc, rid)
+-- The gate each call passes: the incarnation gate's, asked once for the
+-- calls that ask it the same.
+local seen
+local function gate_seen(k, inc, rid)
   if not (seen and seen[1] == k and seen[2] == inc and seen[3] == rid) then
-    local closed, clock = once(k, inc, rid)
+    local closed, clock = gate(k, inc, rid)
     seen = {k, inc, rid, closed, clock}
   end
   return seen[4], seen[5]
 end
 local out, p = {}, 2
 for i = 1, n do
-  local ok, r = pcall(scripts[tonumber(ARGV[p])], i, p + 1)
+  local ok, r = pcall(scripts[tonumber(callArgs[p])], i, p + 1, gate_seen)
   if not ok and type(r) ~= 'table' then
     -- A command's error as it is ("OOM ..."); a Lua error's line is ours.
     local e = tostring(r)
@@ -51,6 +57,6 @@ for i = 1, n do
     r = redis.error_reply(e)
   end
   out[i] = r
-  p = p + 2 + tonumber(ARGV[p + 1])
+  p = p + 2 + tonumber(callArgs[p + 1])
 end
 return out

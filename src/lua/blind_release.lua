@@ -1,12 +1,17 @@
 -- blind_release: CHAOS_BLIND_RELEASE (test builds only): delete without
 -- comparing, for the chaos suite's self-test.
 --
--- KEYS: lock waiters holders who fence fill done queue tickets brokers writer /incarnation
--- ARGV: as release.lua's
+-- KEYS: lock fence
 -- Returns {1}.
 
+local lockKey = KEYS[1]
+local fenceKey = KEYS[2]
+local token = ARGV[1] -- release.lua's arguments: it uses the first three
+local channel = ARGV[2]
+local lockName = ARGV[3]
+
 -- include keep.lua
-redis.call('DEL', KEYS[1])
-redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- and the lease it remembered
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('DEL', lockKey)
+redis.call('PEXPIRE', fenceKey, KEEP_MS / 2) -- and the lease it remembered
+redis.call('PUBLISH', channel, lockName)
 return {1}

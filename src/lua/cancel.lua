@@ -3,9 +3,13 @@
 -- is gone from the queue; its broker releases that grant instead.
 --
 -- KEYS: lock queue tickets
--- ARGV: ticket
 -- Returns 1 if the ticket was queued, else 0.
 
-local n = redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+local lockKey = KEYS[1]
+local queueKey = KEYS[2]
+local ticketsKey = KEYS[3]
+local ticket = ARGV[1] -- "<broker>#<n>"
+
+local n = redis.call('ZREM', queueKey, ticket)
+redis.call('HDEL', ticketsKey, ticket)
 return n

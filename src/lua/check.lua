@@ -14,9 +14,6 @@
 -- is put back whenever the counter still names it and remembers its lease.
 --
 -- KEYS: lock holders revoked fence who /incarnation
--- ARGV: token, fence, ttl (ms; 0: only look), value (the key's value to
---   set: "<token> <mode> <broker> <client> <since_ms>"), incarnation,
---   run_id (as lib/gate.lua's)
 -- A grant from before the incarnation that is held, or put back, is
 -- marked current in it (the marker's 'k:<key>', lib/leftover.lua).
 --
@@ -24,55 +21,70 @@
 -- {0, fence}, or {-1, 0} when Redis serves another incarnation than the
 -- broker's (it asks which, then again).
 
-local m = redis.call('HMGET', KEYS[6], 'id', 'grace', 'runid')
-if m[1] ~= ARGV[5] or (ARGV[6] ~= '' and m[3] ~= ARGV[6]) then
+local lockKey = KEYS[1]
+local holdersKey = KEYS[2]
+local revokedKey = KEYS[3]
+local fenceKey = KEYS[4]
+local whoKey = KEYS[5]
+local incarnationKey = KEYS[6]
+local token = ARGV[1]
+local grantFence = ARGV[2]
+local restoreMs = ARGV[3] -- the lease to put back (0: only look)
+local lockValue = ARGV[4] -- the lock key's value to put back:
+--   "<token> <mode> <broker> <client> <since_ms>"
+local incarnation = ARGV[5] -- the id the broker knows (lib/gate.lua)
+local runId = ARGV[6] -- its connection's Redis, or "" (lib/gate.lua)
+
+local m = redis.call('HMGET', incarnationKey, 'id', 'grace', 'runid')
+if m[1] ~= incarnation or (runId ~= '' and m[3] ~= runId) then
   return {-1, 0}
 end
 -- include keep.lua
--- include tell.lua
+-- include fields.lua
 -- include now.lua
+-- include tell.lua
 -- include fence.lua
 -- include holds.lua
 -- include leftover.lua
 -- A grant from before this incarnation found held, or put back, is
 -- marked as current in it (lib/leftover.lua).
 local function kept(k, left)
-  local id = tonumber(ARGV[5])
-  if id and tonumber(ARGV[2]) < id then
-    redis.call('HSET', KEYS[6], 'k:' .. k, ARGV[5])
+  local id = tonumber(incarnation)
+  if id and tonumber(grantFence) < id then
+    redis.call('HSET', incarnationKey, 'k:' .. k, incarnation)
   end
   return {1, left}
 end
-if holds and redis.call('GET', KEYS[4]) == ARGV[2] then
+if holds and redis.call('GET', fenceKey) == grantFence then
   -- Held through several brokers and put back by another (a new
   -- incarnation): this one joins the entry again, so that what the
   -- others do to the grant is told to it (lib/tell.lua).
-  local by, me = string.match(v, '^%S+ %S+ (%S+)'),
-    string.match(ARGV[4], '^%S+ %S+ (%S+)')
+  local by, me = string.match(v, THIRD_WORD),
+    string.match(lockValue, THIRD_WORD)
   if by and me and joined(by, me) ~= by then
-    redis.call('SET', KEYS[1], (string.gsub(v, '^(%S+ %S+) %S+',
+    redis.call('SET', lockKey, (string.gsub(v, VALUE_BROKER,
       '%1 ' .. joined(by, me))), 'KEEPTTL')
   end
-  return kept(KEYS[1], redis.call('PTTL', KEYS[1]))
+  return kept(lockKey, redis.call('PTTL', lockKey))
 end
-local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local s = redis.call('ZSCORE', holdersKey, token)
 local now = now_ms()
 if s and tonumber(s) > now and string.match(redis.call('HGET',
-    KEYS[5], ARGV[1]) or '', '^%d+') == ARGV[2] then
-  return kept(KEYS[1] .. ' ' .. ARGV[1], tonumber(s) - now)
+    whoKey, token) or '', ENTRY_FENCE) == grantFence then
+  return kept(lockKey .. ' ' .. token, tonumber(s) - now)
 end
-local c = tonumber(redis.call('GET', KEYS[4]) or '0')
-if ARGV[3] ~= '0' and v and v ~= '=shared' and c and
-    leftover(KEYS[6], ARGV[5], KEYS[1], c) then
+local c = tonumber(redis.call('GET', fenceKey) or '0')
+if restoreMs ~= '0' and v and v ~= SHARED and c and
+    leftover(incarnationKey, incarnation, lockKey, c) then
   v = false  -- a grant released since, in older data: nobody's
 end
-if ARGV[3] ~= '0' and not v then
+if restoreMs ~= '0' and not v then
   if tonumber(m[2] or '0') > now and
-      c and c <= tonumber(ARGV[2]) and
-      redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
-    redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]) + keep_ms())
-    return kept(KEYS[1], tonumber(ARGV[3]))
+      c and c <= tonumber(grantFence) and
+      redis.call('EXISTS', holdersKey) == 0 then
+    redis.call('SET', lockKey, lockValue, 'PX', restoreMs)
+    redis.call('SET', fenceKey, grantFence, 'PX', tonumber(restoreMs) + KEEP_MS)
+    return kept(lockKey, tonumber(restoreMs))
   end
 end
 -- The lock key went (deleted or renamed by hand) while the counter names
@@ -81,13 +93,13 @@ end
 -- broker unknown ("?": other brokers may hold the grant too, so its
 -- release and shortening are announced to every broker, but a broker's own
 -- release still frees it).
-if not v and c == tonumber(ARGV[2]) and string.find(ARGV[4], ' %S') and
-    redis.call('EXISTS', KEYS[2]) == 0 then
-  local left = remembered(KEYS[4])
+if not v and c == tonumber(grantFence) and string.find(lockValue, ' %S') and
+    redis.call('EXISTS', holdersKey) == 0 then
+  local left = remembered(fenceKey)
   if left > 0 then
-    redis.call('SET', KEYS[1], (string.gsub(ARGV[4], '^(%S+ %S+) %S+',
+    redis.call('SET', lockKey, (string.gsub(lockValue, VALUE_BROKER,
       '%1 ?')), 'PX', left)
-    return kept(KEYS[1], left)
+    return kept(lockKey, left)
   end
 end
-return {0, tonumber(redis.call('GET', KEYS[3]) or '0')}
+return {0, tonumber(redis.call('GET', revokedKey) or '0')}

@@ -3,28 +3,46 @@
 
     embed.py OUT.h SCRIPT.lua...
 
-Each script declares its keys once, in its opening comment, on one line:
-"-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; a word /w is
-<prefix>w, a key of no name; any other word w is <prefix>{<name>}:w), and
-names them KEYS[1], KEYS[2], ... in that order. Only the lock key and the
-keys of no name are passed (passed()): the text Redis runs names every
-other key as the lock key and its suffix, "(KEYS[1] .. ':w')", in the
-same hash slot, so a call does not send the name a dozen times (issue
-16). A line "-- include <file>" is replaced by lib/<file> with its comment
-lines dropped and its code joined onto that one line, so every line of a
-script is the line of its .lua file: Redis's "user_script:N" in an error
-is line N of the file. For each script x.lua the header defines
-LUA_X_FILE, LUA_X_BODY, LUA_X_NKEYS and LUA_X_KEYS (an initializer of the
-passed keys' suffixes, in order). tests/e2e/test_scripts.py imports
-expand() and passed() to run the same text.
+Keys. Each script declares its keys once, in its opening comment, on one
+line: "-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; a word /w
+is <prefix>w, a key of no name; any other word w is <prefix>{<name>}:w),
+and names them KEYS[1], KEYS[2], ... in that order. Only the lock key and
+the keys of no name are passed (passed()): the text Redis runs names
+every other key as the lock key and its suffix, "(KEYS[1] .. ':w')", in
+the same hash slot, so a call does not send the name a dozen times.
 
-A line "-- wrap <script>.lua as <fn>" (batch.lua) is replaced by that
-script's text as Redis runs it, as the body of "local function <fn>(i,
-o)" whose KEYS[1] is KEYS[i], other KEYS[j] KEYS[n + j - 1] and ARGV[j]
-ARGV[o + j] (wrapped()), so one call can run it for many names. The library
-files that only define functions (they name no KEYS or ARGV) are defined
-once, before the first such function, and not again in each: a call
-makes their functions once, not once per name."""
+Names. Below its comment a script names each key and argument, one a
+line, "local queueKey = KEYS[3]" (every key of its KEYS line, in order)
+and "local token = ARGV[1]" (ARGV[1] to ARGV[n], each once). These are
+names, not locals: each declaration line is left empty and each use of
+the name in code (not in a string or a comment, in the script or the
+library text it includes) is written as its KEYS[i] or ARGV[j], so the
+text Redis runs reads a key or an argument where it uses it and makes
+nothing at the top of a call. A name may not be assigned or declared
+again, and no code but a declaration writes KEYS[ or ARGV[. Likewise a
+library file's line "local NAME = '<string>'" or "local NAME = <digits>"
+(a capitalized name) declares a constant, written as its value wherever
+code uses it: a pattern or a number is named once and costs nothing.
+
+Includes. A line "-- include <file>" is replaced by lib/<file> with its
+comment lines dropped and its code joined onto that one line, so every
+line of a script is the line of its .lua file: Redis's "user_script:N"
+in an error is line N of the file.
+
+Output. For each script x.lua the header defines LUA_X_FILE, LUA_X_BODY,
+LUA_X_NKEYS, LUA_X_KEYS (an initializer of the passed keys' suffixes, in
+order), LUA_X_NARGS and, for each argument named argName, LUA_X_ARG_NAME
+(its index from 0, as the C side fills it). tests/e2e/test_scripts.py
+imports expand() and passed() to run the same text.
+
+Batches. A line "-- wrap <script>.lua as <fn>" (batch.lua) is replaced
+by that script's text as Redis runs it, as the body of "local function
+<fn>(i, o, gate)" whose KEYS[1] is KEYS[i], other KEYS[j] KEYS[n + j - 1]
+and ARGV[j] ARGV[o + j] (wrapped()), so one call can run it for many
+names; gate is the incarnation gate the batch hands it. The library files
+that only define functions (they name no KEYS or ARGV) are defined once,
+before the first such function, and not again in each: a call makes
+their functions once, not once per name."""
 
 import os
 import re
@@ -32,19 +50,70 @@ import sys
 
 INCLUDE = re.compile(r"^\s*--\s*include\s+(\S+)\s*$")
 WRAP = re.compile(r"^\s*--\s*wrap\s+(\S+)\s+as\s+(\w+)\s*$")
+NAME = re.compile(r"^local (\w+) = ((KEYS|ARGV)\[(\d+)\])\s*(--.*)?$")
+CONST = re.compile(r"^local ([A-Z][A-Z0-9_]*) = ('[^'\\]*'|\d+)\s*$")
 HOISTED = "\0hoisted\0"
 KEYS = re.compile(r"^--\s*KEYS:\s*(.*)$")
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+
+
+def code_parts(line):
+    """line cut into (is_code, text) parts: strings and a comment are
+    not code."""
+    parts, i, start, n = [], 0, 0, len(line)
+    while i < n:
+        c = line[i]
+        if c in "'\"":
+            j = i + 1
+            while j < n and line[j] != c:
+                j += 2 if line[j] == "\\" else 1
+            parts += [(True, line[start:i]), (False, line[i:j + 1])]
+            i = start = j + 1
+        elif line.startswith("--", i):
+            parts += [(True, line[start:i]), (False, line[i:])]
+            return parts
+        else:
+            i += 1
+    return parts + [(True, line[start:])]
+
+
+def in_code(text, fn):
+    """text with fn applied to its code alone."""
+    return "\n".join("".join(fn(t) if code else t
+                             for code, t in code_parts(line))
+                     for line in text.split("\n"))
+
+
+def code_of(text):
+    out = []
+    in_code(text, lambda t: out.append(t) or t)
+    return " ".join(out)
+
+
+def constants():
+    """NAME -> string literal, from every library file."""
+    out = {}
+    for f in sorted(os.listdir(LIB)):
+        with open(os.path.join(LIB, f)) as fh:
+            for line in fh:
+                m = CONST.match(line)
+                if m:
+                    if m.group(1) in out:
+                        sys.exit("lib/%s: %s declared twice" % (f, m.group(1)))
+                    out[m.group(1)] = m.group(2)
+    return out
 
 
 def squash(path):
-    """A library file as one line of code: no comments, no line breaks."""
+    """A library file as one line of code: no comments, no constants, no
+    line breaks."""
     code = []
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if not line or line.startswith("--"):
+            if not line or line.startswith("--") or CONST.match(line):
                 continue
-            if "--" in line:
+            if "--" in code_of(line):
                 sys.exit("%s: a comment after code cannot be joined" % path)
             code.append(line)
     return " ".join(code)
@@ -54,8 +123,49 @@ def defines_only(path):
     """Whether a library file only defines functions (names no KEYS or
     ARGV): it may be defined once for many names."""
     code = squash(path)
-    return (code.startswith("local function ") and
-            not re.search(r"\b(KEYS|ARGV)\b", code))
+    return (code == "" or code.startswith("local function ")) and \
+        not re.search(r"\b(KEYS|ARGV)\b", code)
+
+
+def substitute(text, names, path):
+    """text with each name written as what it stands for (code only)."""
+    if not names:
+        return text
+    code = code_of(text)
+    for n in names:
+        again = (r"\blocal\s+(function\s+)?([\w\s,]*\b)?%s\b|"
+                 r"\bfunction\b[^(]*\([^)]*\b%s\b[^)]*\)|"
+                 r"\bfor\s+([\w\s,]*\b)?%s\b|"
+                 r"(?<![\w.:])%s\s*=(?!=)") % (n, n, n, n)
+        if re.search(again, code):
+            sys.exit("%s: %s is declared or assigned again" % (path, n))
+    word = re.compile(r"(?<![\w.:'\"])(%s)\b" % "|".join(
+        sorted(names, key=len, reverse=True)))
+    return in_code(text, lambda t: word.sub(lambda m: names[m.group(1)], t))
+
+
+def declared(path):
+    """The script's names (name -> "KEYS[i]" or "ARGV[j]") and its
+    arguments' names in order."""
+    names, args, ks = {}, {}, keys(path)
+    with open(path) as f:
+        lines = f.read().split("\n")
+    for no, line in enumerate(lines, 1):
+        m = NAME.match(line)
+        if m:
+            if m.group(1) in names:
+                sys.exit("%s:%d: %s named twice" % (path, no, m.group(1)))
+            names[m.group(1)] = m.group(2)
+            if m.group(3) == "ARGV":
+                args[int(m.group(4))] = m.group(1)
+    keyed = sorted(int(v[5:-1]) for v in names.values()
+                   if v.startswith("KEYS"))
+    if keyed != list(range(1, len(ks) + 1)):
+        sys.exit("%s: name each of the %d keys once, in order" % (
+            path, len(ks)))
+    if sorted(args) != list(range(1, len(args) + 1)):
+        sys.exit("%s: name ARGV[1] to ARGV[n], each once" % path)
+    return names, [args[j] for j in sorted(args)]
 
 
 def expand(path, hoisted=None):
@@ -77,16 +187,25 @@ def expand(path, hoisted=None):
             elif w:
                 wraps.append(w.groups())
                 out.append(HOISTED if len(wraps) == 1 else "")
+            elif NAME.match(line):
+                out.append("\n")
             else:
                 out.append(line)
-    text = derive("".join(out), keys(path), path)
+    names = dict(declared(path)[0], **constants())
+    text = substitute("".join(out), names, path)
+    if re.search(r"\b(KEYS|ARGV)\s*\[", code_of("".join(
+            l for l in out if l is not HOISTED))):
+        sys.exit("%s: KEYS[ or ARGV[ outside the names at its top" % path)
+    text = derive(text, keys(path), path)
     if not wraps:
         return text
     hoisted, fns = [], []
     for script, fn in wraps:
         body = expand(os.path.join(os.path.dirname(path), script), hoisted)
-        fns.append("local function %s(i, o)\n%send\n" % (fn, wrapped(body)))
-    libs = "".join(squash(os.path.join(lib, h)) + "\n" for h in hoisted)
+        fns.append("local function %s(i, o, gate)\n%send\n" % (
+            fn, wrapped(body)))
+    libs = "".join(substitute(squash(os.path.join(lib, h)), constants(), h)
+                   + "\n" for h in hoisted if squash(os.path.join(lib, h)))
     return text.replace(HOISTED, libs + "".join(fns))
 
 
@@ -147,6 +266,11 @@ def c_string(text):
     return " \\\n".join('\t"%s"' % esc(l) for l in lines)
 
 
+def c_name(name):
+    """argName as ARG_NAME."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).upper()
+
+
 def main():
     out, scripts = sys.argv[1], sys.argv[2:]
     text = ["/* Made by src/lua/embed.py from src/lua/<script>.lua: do not edit. */",
@@ -154,13 +278,15 @@ def main():
     for path in sorted(scripts):
         base = os.path.basename(path)
         name = re.sub(r"\W", "_", base[:-4]).upper()
-        ks = passed(path)
+        ks, args = passed(path), declared(path)[1]
         text += ['#define LUA_%s_FILE "%s"' % (name, base),
                  "#define LUA_%s_NKEYS %d" % (name, len(ks)),
                  "#define LUA_%s_KEYS { %s }" % (
                      name, ", ".join('"%s"' % k for k in ks)),
-                 "#define LUA_%s_BODY \\" % name,
-                 c_string(expand(path)), ""]
+                 "#define LUA_%s_NARGS %d" % (name, len(args))]
+        text += ["#define LUA_%s_ARG_%s %d" % (name, c_name(a), j)
+                 for j, a in enumerate(args)]
+        text += ["#define LUA_%s_BODY \\" % name, c_string(expand(path)), ""]
     text.append("#endif")
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")

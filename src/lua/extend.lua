@@ -11,59 +11,72 @@
 -- which one Redis serves (incarnation.lua) before it trusts an answer.
 --
 -- KEYS: lock holders who fence /incarnation
--- ARGV: token, ttl, fence (0: any), broker, channel, name, incarnation,
---   run_id (as lib/gate.lua's)
 -- Returns 1, 0 or -1.
 
-local m = redis.call('HMGET', KEYS[5], 'id', 'runid')
-if m[1] ~= ARGV[7] or (ARGV[8] ~= '' and m[2] ~= ARGV[8]) then
+local lockKey = KEYS[1]
+local holdersKey = KEYS[2]
+local whoKey = KEYS[3]
+local fenceKey = KEYS[4]
+local incarnationKey = KEYS[5]
+local token = ARGV[1]
+local ttlMs = ARGV[2] -- the new lease
+local grantFence = ARGV[3] -- the grant's fence (0: any)
+local broker = ARGV[4] -- this broker
+local channel = ARGV[5] -- the release channel (lib/tell.lua)
+local lockName = ARGV[6]
+local incarnation = ARGV[7] -- the id the broker knows (lib/gate.lua)
+local runId = ARGV[8] -- its connection's Redis, or "" (lib/gate.lua)
+
+local m = redis.call('HMGET', incarnationKey, 'id', 'runid')
+if m[1] ~= incarnation or (runId ~= '' and m[2] ~= runId) then
   return -1
 end
 
 -- include keep.lua
+-- include fields.lua
+-- include now.lua
 -- include holds.lua
 -- include tell.lua
 if holds then
-  local c = redis.call('GET', KEYS[4]) or '0'
-  if ARGV[3] ~= '0' and c ~= ARGV[3] then return 0 end
-  local by = string.match(v, '^%S+ %S+ (%S+)')
-  if by ~= ARGV[4] and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[2]) then
-    tell(ARGV[5], by, ARGV[4], ARGV[6] .. ' shortened ' .. c .. ' ' ..
-      ARGV[4], {})
+  local c = redis.call('GET', fenceKey) or '0'
+  if grantFence ~= '0' and c ~= grantFence then return 0 end
+  local by = string.match(v, THIRD_WORD)
+  if by ~= broker and redis.call('PTTL', lockKey) > tonumber(ttlMs) then
+    tell(channel, by, broker, lockName .. SHORTENED .. c .. ' ' ..
+      broker, {})
   end
-  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + keep_ms()) -- fence.lua
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', fenceKey, tonumber(ttlMs) + KEEP_MS) -- fence.lua
+  return redis.call('PEXPIRE', lockKey, ttlMs)
 end
-if v and v ~= '=shared' then return 0 end
-local kept = not v and ARGV[3] ~= '0' and
-  redis.call('GET', KEYS[4]) == ARGV[3] and
-  redis.call('PTTL', KEYS[4]) - keep_ms()
-if kept and kept > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+if v and v ~= SHARED then return 0 end
+local kept = not v and grantFence ~= '0' and
+  redis.call('GET', fenceKey) == grantFence and
+  redis.call('PTTL', fenceKey) - KEEP_MS
+if kept and kept > 0 and redis.call('EXISTS', holdersKey) == 0 then
   -- An exclusive grant whose lock key went by hand while the counter
   -- remembers its lease (lib/fence.lua): the lease it remembers is moved
   -- (the holder's broker puts the key back when it confirms the hold),
   -- and a shorter one told to every broker, as which brokers hold it went
   -- with the key.
-  if kept > tonumber(ARGV[2]) then
-    tell(ARGV[5], '?', ARGV[4], ARGV[6] .. ' shortened ' .. ARGV[3] ..
-      ' ' .. ARGV[4], {})
+  if kept > tonumber(ttlMs) then
+    tell(channel, '?', broker, lockName .. SHORTENED .. grantFence ..
+      ' ' .. broker, {})
   end
-  return redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2]) + keep_ms())
+  return redis.call('PEXPIRE', fenceKey, tonumber(ttlMs) + KEEP_MS)
 end
--- include now.lua
 -- include holders.lua
-local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local s = redis.call('ZSCORE', holdersKey, token)
 if not s then return 0 end
-local info = redis.call('HGET', KEYS[3], ARGV[1]) or ''
-local fs = string.match(info, '^%d+') or '0'
-if ARGV[3] ~= '0' and fs ~= ARGV[3] then return 0 end
+local info = redis.call('HGET', whoKey, token) or ''
+local fs = string.match(info, ENTRY_FENCE) or '0'
+if grantFence ~= '0' and fs ~= grantFence then return 0 end
 local now = now_ms()
 if tonumber(s) <= now then return 0 end
-local by = string.match(info, '^%S+ %S+ (%S+)')
-if by ~= ARGV[4] and tonumber(s) - now > tonumber(ARGV[2]) then
-  tell(ARGV[5], by, ARGV[4], ARGV[6] .. ' shortened ' .. fs .. ' ' ..
-    ARGV[4], {})
+local by = string.match(info, THIRD_WORD)
+if by ~= broker and tonumber(s) - now > tonumber(ttlMs) then
+  tell(channel, by, broker, lockName .. SHORTENED .. fs .. ' ' ..
+    broker, {})
 end
-redis.call('ZADD', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1])
-stretch(KEYS[1], KEYS[2], KEYS[3], now, KEYS[4])
+redis.call('ZADD', holdersKey, ms(now + tonumber(ttlMs)), token)
+stretch(lockKey, holdersKey, whoKey, now, fenceKey)
 return 1

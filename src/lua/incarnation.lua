@@ -44,21 +44,26 @@
 -- No grant in it takes a fence below the id (lib/gate.lua).
 --
 -- KEYS: /incarnation
--- ARGV: run_id ("" when the broker may not read it), grace (ms), evictions
---   (1: look at evicted_keys, 0: not), skew (ms), known (the id of the
---   incarnation the broker knows, "" for none)
 -- Returns {id, ms of the grace period left, 1 if made now else 0, need,
 --   Redis's time in ms, evicted_keys or -1} (by that time the broker sees
 --   whether Redis's clock ran ahead of its own: a step that ends keys
 --   early).
 
+local incarnationKey = KEYS[1]
+local runId = ARGV[1] -- its connection's Redis ("": the broker may not read it)
+local graceMs = ARGV[2]
+local readEvictions = ARGV[3] -- 1: look at evicted_keys, 0: not
+local skewMs = ARGV[4]
+local knownId = ARGV[5] -- the incarnation the broker knows, "" for none
+
+-- include now.lua
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'id', 'runid', 'grace', 'need',
+local now = now_ms(t)
+local m = redis.call('HMGET', incarnationKey, 'id', 'runid', 'grace', 'need',
   'evicted')
-local need = math.max(tonumber(m[4] or '0') or 0, tonumber(ARGV[2]))
+local need = math.max(tonumber(m[4] or '0') or 0, tonumber(graceMs))
 local ev = -1
-if ARGV[3] == '1' then
+if readEvictions == '1' then
   local s = redis.pcall('INFO', 'stats')
   if type(s) == 'string' then
     ev = tonumber(string.match(s, 'evicted_keys:(%d+)') or '-1')
@@ -66,23 +71,23 @@ if ARGV[3] == '1' then
 end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
-local older = (tonumber(m[1] or '') or 0) < (tonumber(ARGV[5] or '') or 0)
-if m[1] and (m[2] == ARGV[1] or ARGV[1] == '') and not evicted and
+local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
+if m[1] and (m[2] == runId or runId == '') and not evicted and
     not older then
   if need ~= tonumber(m[4] or '') then
-    redis.call('HSET', KEYS[1], 'need', string.format('%d', need))
+    redis.call('HSET', incarnationKey, 'need', ms(need))
   end
   if ev >= 0 and ev ~= was then
-    redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
+    redis.call('HSET', incarnationKey, 'evicted', ms(ev))
   end
   return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now, ev}
 end
-local id = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) +
-  tonumber(ARGV[4]) * 1000)
-redis.call('DEL', KEYS[1])  -- and the old one's marks of kept grants
-redis.call('HSET', KEYS[1], 'id', id, 'runid', ARGV[1], 'grace',
-  string.format('%d', now + need), 'need', string.format('%d', need))
+local id = ms(tonumber(t[1]) * 1000000 + tonumber(t[2]) +
+  tonumber(skewMs) * 1000)
+redis.call('DEL', incarnationKey)  -- and the old one's marks of kept grants
+redis.call('HSET', incarnationKey, 'id', id, 'runid', runId, 'grace',
+  ms(now + need), 'need', ms(need))
 if ev >= 0 then
-  redis.call('HSET', KEYS[1], 'evicted', string.format('%d', ev))
+  redis.call('HSET', incarnationKey, 'evicted', ms(ev))
 end
 return {id, need, 1, need, now, ev}

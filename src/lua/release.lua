@@ -34,28 +34,55 @@
 -- take the name once the gate opens.
 --
 -- KEYS: lock waiting holders who fence fill done queue tickets brokers writer /incarnation
--- ARGV: token, channel, name, done (0/1/2), how long done is kept (ms),
---   fence (0: any), broker, handoff (ms), the brokers' channel prefix,
---   live (ms, as acquire.lua's), incarnation, run_id
 -- Returns {1} if released, {0} if not ours; handed to a ticket: {1, fence,
 --   n, token} for this broker's ticket "<broker>#<n>", {1, fence, 0} for
 --   another broker's.
 
+local lockKey = KEYS[1]
+local waitingKey = KEYS[2]
+local holdersKey = KEYS[3]
+local whoKey = KEYS[4]
+local fenceKey = KEYS[5]
+local fillKey = KEYS[6]
+local doneKey = KEYS[7]
+local queueKey = KEYS[8]
+local ticketsKey = KEYS[9]
+local brokersKey = KEYS[10]
+local writerKey = KEYS[11]
+local incarnationKey = KEYS[12]
+local token = ARGV[1]
+local channel = ARGV[2] -- the release channel (lib/tell.lua)
+local lockName = ARGV[3]
+local doneMode = ARGV[4] -- 0: the broker's own release, 1: a client's,
+--   2: a FILL leader's
+local doneKeepMs = ARGV[5] -- how long :done is kept
+local grantFence = ARGV[6] -- the grant's fence (0: any)
+local broker = ARGV[7] -- this broker
+local handoffMs = ARGV[8] -- the longest lease handed to another broker
+local toPrefix = ARGV[9] -- the brokers' channel prefix
+local liveMs = ARGV[10] -- as acquire.lua's
+local incarnation = ARGV[11] -- the id the broker knows (lib/gate.lua)
+local runId = ARGV[12] -- its connection's Redis, or "" (lib/gate.lua)
+
 -- include keep.lua
+-- include fields.lua
+-- include now.lua
 -- include holds.lua
 -- include plain.lua
-if not v and ARGV[6] ~= '0' and redis.call('GET', KEYS[5]) == ARGV[6] and
-    redis.call('PTTL', KEYS[5]) > keep_ms() and
-    redis.call('EXISTS', KEYS[3]) == 0 then
+-- include holders.lua
+-- include tell.lua
+if not v and grantFence ~= '0' and
+    redis.call('GET', fenceKey) == grantFence and
+    redis.call('PTTL', fenceKey) > KEEP_MS and
+    redis.call('EXISTS', holdersKey) == 0 then
   -- An exclusive grant's lock key went (deleted or renamed by hand) while
   -- its lease runs, and the counter remembers it (lib/fence.lua; no shared
   -- holder is left, whose fence it could be): still this grant's,
   -- released as if the key were there. Which brokers hold it went with
   -- the key: its broker is unknown ("?"), so the release is announced,
   -- and the grant's holds on any other broker are lost at once.
-  v, holds = ARGV[1] .. ' EXCLUSIVE ?', true
+  v, holds = token .. ' EXCLUSIVE ?', true
 end
--- include tell.lua
 local told = {} -- the brokers told of this release
 local fs, by, c -- the grant's fence, the broker its entry names, and
 -- the counter's value if read (false: none)
@@ -69,94 +96,95 @@ if holds then
   fs = plain_fence(v)
   marks = not fs
   if marks then
-    c = redis.call('GET', KEYS[5])
+    c = redis.call('GET', fenceKey)
     fs = c or '0'
   end
-  if ARGV[6] ~= '0' and fs ~= ARGV[6] and tonumber(fs) then return {0} end
-  by = string.match(v, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and string.find(by or '', ',', 1, true) then
+  if grantFence ~= '0' and fs ~= grantFence and tonumber(fs) then
     return {0}
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- no lease left (lib/fence.lua)
-  queued = marks and redis.call('EXISTS', KEYS[8]) == 1
-  marks = queued or (marks and redis.call('EXISTS', KEYS[2]) == 1)
-  if ARGV[4] == '2' or (ARGV[4] == '1' and marks and
-      redis.call('EXISTS', KEYS[6]) == 1) then
-    redis.call('SET', KEYS[7], fs, 'PX', ARGV[5])
+  by = string.match(v, THIRD_WORD)
+  if doneMode == '0' and string.find(by or '', ',', 1, true) then
+    return {0}
+  end
+  redis.call('DEL', lockKey)
+  redis.call('PEXPIRE', fenceKey, KEEP_MS / 2) -- no lease (lib/fence.lua)
+  queued = marks and redis.call('EXISTS', queueKey) == 1
+  marks = queued or (marks and redis.call('EXISTS', waitingKey) == 1)
+  if doneMode == '2' or (doneMode == '1' and marks and
+      redis.call('EXISTS', fillKey) == 1) then
+    redis.call('SET', doneKey, fs, 'PX', doneKeepMs)
     done = true
   end
 else
--- include now.lua
--- include holders.lua
-  local s = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  local s = redis.call('ZSCORE', holdersKey, token)
   if not s then return {0} end
-  local info = redis.call('HGET', KEYS[4], ARGV[1]) or ''
-  fs = string.match(info, '^%d+') or '0'
-  if ARGV[6] ~= '0' and fs ~= ARGV[6] then return {0} end
-  by = string.match(info, '^%S+ %S+ (%S+)')
-  if ARGV[4] == '0' and string.find(by or '', ',', 1, true) then
+  local info = redis.call('HGET', whoKey, token) or ''
+  fs = string.match(info, ENTRY_FENCE) or '0'
+  if grantFence ~= '0' and fs ~= grantFence then return {0} end
+  by = string.match(info, THIRD_WORD)
+  if doneMode == '0' and string.find(by or '', ',', 1, true) then
     return {0}
   end
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('ZREM', holdersKey, token)
+  redis.call('HDEL', whoKey, token)
   local now = now_ms()
-  if prune(KEYS[1], KEYS[3], KEYS[4], now) == 0 then
-    redis.call('DEL', KEYS[4])
-    redis.call('PEXPIRE', KEYS[5], keep_ms() / 2) -- no lease (lib/fence.lua)
+  if prune(lockKey, holdersKey, whoKey, now) == 0 then
+    redis.call('DEL', whoKey)
+    redis.call('PEXPIRE', fenceKey, KEEP_MS / 2) -- no lease (lib/fence.lua)
   else
-    stretch(KEYS[1], KEYS[3], KEYS[4], now, KEYS[5]) -- the longest left
+    stretch(lockKey, holdersKey, whoKey, now, fenceKey) -- the longest left
   end
   if tonumber(s) <= now then return {0} end
-  queued = redis.call('EXISTS', KEYS[8]) == 1
+  queued = redis.call('EXISTS', queueKey) == 1
 end
 -- Another broker's entry (as lib/foreign.lua): its holds there hear of it.
-if by ~= ARGV[7] then
-  tell(ARGV[2], by, ARGV[7], ARGV[3] .. ' released ' .. fs .. ' ' ..
-    ARGV[7], told)
+if by ~= broker then
+  tell(channel, by, broker, lockName .. ' released ' .. fs .. ' ' ..
+    broker, told)
 end
-if queued then
--- include now.lua
+if not queued then
+  if marks then wake(waitingKey, channel, lockName, told) end
+  return {1}
+end
+-- A hand-over, from here on: its functions are made only when one may be.
 -- include fence.lua
 -- include gate.lua
 -- include tickets.lua
-  -- The gate's TIME is the clock of the queue and of the fence.
-  local closed, t = gate(KEYS[12], ARGV[11], ARGV[12])
-  local now, tk, b, d, m
-  if not closed then
-    now = now_ms(t)
-    tk, b = qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[10])
-    d = tk and redis.call('HGET', KEYS[9], tk)
-    m = string.match(d or '', '^%S+ %S+ (%S+)') -- the ticket's mode
-  end
-  if m and m ~= 'EXCLUSIVE' then -- readers: their brokers try now
-    qwake(KEYS[8], KEYS[9], KEYS[10], now, m, ARGV[7], ARGV[9], ARGV[3])
-    tk = nil
-  elseif not holds and redis.call('EXISTS', KEYS[1]) == 1 then
-    -- (an exclusive holder's lock key is gone: deleted above)
-    tk = nil -- readers still hold it: the writer waits for the last
-  end
-  local tok, ttl, info = string.match(tk and d or '',
-    '^(%S+) (%d+) (.*)$')
-  if tk and not tok then -- no data for it: it cannot be granted
-    redis.call('ZREM', KEYS[8], tk)
-  end
-  if tok and b ~= ARGV[7] and tonumber(ttl) > tonumber(ARGV[8]) then
-    ttl = ARGV[8]
-  end
-  local f = tok and next_fence(KEYS[5], t, ttl, c)
-  if type(f) == 'number' then
-    qdrop(KEYS[8], KEYS[9], tk)
-    local n = tonumber(string.match(tk, '#(%d+)$'))
-    redis.call('SET', KEYS[1], tok .. ' ' .. info, 'PX', ttl)
-    redis.call('DEL', KEYS[11])
-    -- FILL waiters elsewhere learn that their leader is done.
-    if done then wake(KEYS[2], ARGV[2], ARGV[3], told) end
-    if b == ARGV[7] then return {1, f, n, tok} end
-    redis.call('PUBLISH', ARGV[9] .. b, ARGV[3] .. ' ' .. n .. ' ' ..
-      ms(f) .. ' ' .. tok .. ' ' .. ttl)
-    return {1, f, 0}
-  end
+-- The gate's TIME is the clock of the queue and of the fence.
+local closed, clock = gate(incarnationKey, incarnation, runId)
+local now, tk, b, d, m
+if not closed then
+  now = now_ms(clock)
+  tk, b = qhead(queueKey, ticketsKey, brokersKey, now, liveMs)
+  d = tk and redis.call('HGET', ticketsKey, tk)
+  m = string.match(d or '', THIRD_WORD) -- the ticket's mode
 end
-if marks then wake(KEYS[2], ARGV[2], ARGV[3], told) end
+if m and m ~= 'EXCLUSIVE' then -- readers: their brokers try now
+  qwake(queueKey, ticketsKey, brokersKey, now, m, broker, toPrefix, lockName)
+  tk = nil
+elseif not holds and redis.call('EXISTS', lockKey) == 1 then
+  -- (an exclusive holder's lock key is gone: deleted above)
+  tk = nil -- readers still hold it: the writer waits for the last
+end
+local tok, ttl, info = string.match(tk and d or '', '^(%S+) (%d+) (.*)$')
+if tk and not tok then -- no data for it: it cannot be granted
+  redis.call('ZREM', queueKey, tk)
+end
+if tok and b ~= broker and tonumber(ttl) > tonumber(handoffMs) then
+  ttl = handoffMs
+end
+local f = tok and next_fence(fenceKey, clock, ttl, c)
+if type(f) == 'number' then
+  qdrop(queueKey, ticketsKey, tk)
+  local n = tonumber(string.match(tk, TICKET_N))
+  redis.call('SET', lockKey, tok .. ' ' .. info, 'PX', ttl)
+  redis.call('DEL', writerKey)
+  -- FILL waiters elsewhere learn that their leader is done.
+  if done then wake(waitingKey, channel, lockName, told) end
+  if b == broker then return {1, f, n, tok} end
+  redis.call('PUBLISH', toPrefix .. b, lockName .. ' ' .. n .. ' ' ..
+    ms(f) .. ' ' .. tok .. ' ' .. ttl)
+  return {1, f, 0}
+end
+if marks then wake(waitingKey, channel, lockName, told) end
 return {1}

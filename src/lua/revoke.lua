@@ -5,47 +5,59 @@
 -- fence or an older one are lost, and waiters may go; "<name>" to the
 -- brokers with a ticket in the queue or a mark on :waiting not told
 -- already, whose waiters may go. A broker that missed the message (its
--- subscriber was away) finds the fence in :revoked (kept for keep_ms, the
+-- subscriber was away) finds the fence in :revoked (kept for revokedKeepMs, the
 -- longest lease) when it checks its holds again.
 --
 -- KEYS: lock holders who fence writer revoked brokers waiting
--- ARGV: channel, name, keep_ms
 -- Returns how many holders there were.
 
+local lockKey = KEYS[1]
+local holdersKey = KEYS[2]
+local whoKey = KEYS[3]
+local fenceKey = KEYS[4]
+local writerKey = KEYS[5]
+local revokedKey = KEYS[6]
+local brokersKey = KEYS[7]
+local waitingKey = KEYS[8]
+local channel = ARGV[1] -- the release channel (lib/tell.lua)
+local lockName = ARGV[2]
+local revokedKeepMs = ARGV[3] -- how long :revoked is kept
+
 -- include keep.lua
+-- include fields.lua
 -- include now.lua
 -- include tell.lua
 local now = now_ms()
-local v = redis.call('GET', KEYS[1])
-local n = redis.call('ZCOUNT', KEYS[2], '(' .. ms(now), '+inf')
+local v = redis.call('GET', lockKey)
+local n = redis.call('ZCOUNT', holdersKey, '(' .. ms(now), '+inf')
 local fields = {} -- the holders' entries' broker fields
-if v and v ~= '=shared' then
+if v and v ~= SHARED then
   n = n + 1
-  fields[1] = string.match(v, '^%S+ %S+ (%S+)') or '?'
+  fields[1] = string.match(v, THIRD_WORD) or '?'
 end
-if not v and n == 0 and redis.call('PTTL', KEYS[4]) > keep_ms() then
+if not v and n == 0 and redis.call('PTTL', fenceKey) > KEEP_MS then
   n, fields[1] = 1, '?' -- a grant whose lock key went by hand (fence.lua)
 end
-if n > 0 and (not v or v == '=shared') then
-  local who = redis.call('HGETALL', KEYS[3])
+if n > 0 and (not v or v == SHARED) then
+  local who = redis.call('HGETALL', whoKey)
   for i = 1, #who, 2 do
-    if who[i] ~= '=mode' then
-      fields[#fields + 1] = string.match(who[i + 1], '^%S+ %S+ (%S+)') or '?'
+    if who[i] ~= MODE_FIELD then
+      fields[#fields + 1] = string.match(who[i + 1], THIRD_WORD) or '?'
     end
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-redis.call('PEXPIRE', KEYS[4], keep_ms() / 2) -- no lease left (lib/fence.lua)
+redis.call('DEL', lockKey, holdersKey, whoKey, writerKey)
+redis.call('PEXPIRE', fenceKey, KEEP_MS / 2) -- no lease left (lib/fence.lua)
 if n > 0 then
-  local f = redis.call('GET', KEYS[4]) or '0'
+  local f = redis.call('GET', fenceKey) or '0'
   local told = {}
-  redis.call('SET', KEYS[6], f, 'PX', ARGV[3])
+  redis.call('SET', revokedKey, f, 'PX', revokedKeepMs)
   for _, b in ipairs(fields) do
-    tell(ARGV[1], b, '', ARGV[2] .. ' revoked ' .. f, told)
+    tell(channel, b, '', lockName .. ' revoked ' .. f, told)
   end
-  for _, b in ipairs(redis.call('HKEYS', KEYS[7])) do
-    if b ~= '=last' then tell(ARGV[1], b, '', ARGV[2], told) end
+  for _, b in ipairs(redis.call('HKEYS', brokersKey)) do
+    if b ~= '=last' then tell(channel, b, '', lockName, told) end
   end
-  wake(KEYS[8], ARGV[1], ARGV[2], told)
+  wake(waitingKey, channel, lockName, told)
 end
 return n

@@ -18,116 +18,138 @@
 -- still takes its place.
 --
 -- KEYS: lock fence waiting holders who writer /incarnation queue tickets brokers
--- ARGV: token, ttl, mark, info, mode ("SHARED", "LIMIT=<n>"), n (0: none),
---   channel, name, incarnation, run_id, ticket ("<broker>#<n>", or ""),
---   least, live (as acquire.lua's)
 -- Returns {1, fence}, {0, ms to look again (-1: none known), 0, 0, n (as
 --   acquire.lua's: the first ticket when another of this broker's)}, {3, n},
 --   or gate.lua's {-1, 0} or {-2, ms}.
 
+local lockKey = KEYS[1]
+local fenceKey = KEYS[2]
+local waitingKey = KEYS[3]
+local holdersKey = KEYS[4]
+local whoKey = KEYS[5]
+local writerKey = KEYS[6]
+local incarnationKey = KEYS[7]
+local queueKey = KEYS[8]
+local ticketsKey = KEYS[9]
+local brokersKey = KEYS[10]
+local token = ARGV[1] -- the arguments are as acquire.lua's, but:
+local ttlMs = ARGV[2]
+local markMs = ARGV[3]
+local whoEntry = ARGV[4]
+local shareMode = ARGV[5] -- "SHARED" or "LIMIT=<n>"
+local limitN = ARGV[6] -- n (0: none)
+local channel = ARGV[7]
+local lockName = ARGV[8]
+local incarnation = ARGV[9]
+local runId = ARGV[10]
+local ticket = ARGV[11]
+local leastN = ARGV[12]
+local liveMs = ARGV[13]
+
 -- include keep.lua
+-- include fields.lua
 -- include now.lua
 -- include fence.lua
 -- include gate.lua
 -- include plain.lua
 -- include tickets.lua
-local closed, clock = gate(KEYS[7], ARGV[9], ARGV[10])
+local closed, clock = gate(incarnationKey, incarnation, runId)
 if closed and closed[1] == -1 then return closed end
 local now = now_ms(clock)
-local tk = ARGV[11]
+local tk = ticket
 local function place()
-  if tk ~= '' and ARGV[3] ~= '0' then
-    qtake(KEYS[8], KEYS[9], KEYS[10], tk,
-      ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], ARGV[12], ARGV[13], now)
+  if tk ~= '' and markMs ~= '0' then
+    qtake(queueKey, ticketsKey, brokersKey, tk,
+      token .. ' ' .. ttlMs .. ' ' .. whoEntry, leastN, liveMs, now)
     return true
   end
 end
 if closed then
-  if place() then unplain(KEYS[1]) end
+  if place() then unplain(lockKey) end
   return closed
 end
 -- include holds.lua
 -- include holders.lua
 -- include foreign.lua
 -- include tell.lua
-local me = string.match(ARGV[4], '^%S+ (%S+)') -- this broker
+-- include leftover.lua
+local me = string.match(whoEntry, SECOND_WORD) -- this broker
 local hn = 0 -- as acquire.lua's: the first ticket, another of ours
 local function refuse(t)
-  if ARGV[3] ~= '0' then unplain(KEYS[1], v) end
-  if ARGV[3] ~= '0' and tk == '' then -- as acquire.lua's
-    redis.call('HSET', KEYS[3], me, ms(now + tonumber(ARGV[3])))
-    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
-      redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  if markMs ~= '0' then unplain(lockKey, v) end
+  if markMs ~= '0' and tk == '' then -- as acquire.lua's
+    redis.call('HSET', waitingKey, me, ms(now + tonumber(markMs)))
+    if redis.call('PTTL', waitingKey) < tonumber(markMs) then
+      redis.call('PEXPIRE', waitingKey, markMs)
     end
   end
   place()
   return {0, t, 0, 0, hn}
 end
-if v and v ~= '=shared' then
+if v and v ~= SHARED then
   if holds then return {3, -1} end
-  return refuse(redis.call('PTTL', KEYS[1]))
+  return refuse(redis.call('PTTL', lockKey))
 end
-local n = prune(KEYS[1], KEYS[4], KEYS[5], now)
-local kept = n == 0 and remembered(KEYS[2]) or 0
+local n = prune(lockKey, holdersKey, whoKey, now)
+local kept = n == 0 and remembered(fenceKey) or 0
 if kept > 0 then
   -- a holder's keys gone by hand (lib/fence.lua): still held
   return refuse(kept)
 end
 if n > 0 then
-  local m = redis.call('HGET', KEYS[5], '=mode')
-  if m ~= ARGV[5] then
-    local l = string.match(m or '', '^LIMIT=(%d+)$')
+  local m = redis.call('HGET', whoKey, MODE_FIELD)
+  if m ~= shareMode then
+    local l = string.match(m or '', LIMIT_N)
     return {3, tonumber(l or '0')}
   end
-  local s = redis.call('ZSCORE', KEYS[4], ARGV[1])
-  local info = s and redis.call('HGET', KEYS[5], ARGV[1]) or ''
--- include leftover.lua
-  if s and leftover(KEYS[7], ARGV[9], KEYS[1] .. ' ' .. ARGV[1],
-      string.match(info, '^%d+') or '0') then
-    redis.call('ZREM', KEYS[4], ARGV[1])  -- released since, in data lost
-    redis.call('HDEL', KEYS[5], ARGV[1])
+  local s = redis.call('ZSCORE', holdersKey, token)
+  local info = s and redis.call('HGET', whoKey, token) or ''
+  if s and leftover(incarnationKey, incarnation, lockKey .. ' ' .. token,
+      string.match(info, ENTRY_FENCE) or '0') then
+    redis.call('ZREM', holdersKey, token)  -- released since, in data lost
+    redis.call('HDEL', whoKey, token)
     s = nil
   end
   if s then
-    local fs = string.match(info, '^%d+') or '0'
-    local e = ARGV[4]
+    local fs = string.match(info, ENTRY_FENCE) or '0'
+    local e = whoEntry
     if foreign(info, me) then
-      local by = string.match(info, '^%S+ %S+ (%S+)')
-      if tonumber(s) - now > tonumber(ARGV[2]) then
-        tell(ARGV[7], by, me, ARGV[8] .. ' shortened ' .. fs .. ' ' .. me,
+      local by = string.match(info, THIRD_WORD)
+      if tonumber(s) - now > tonumber(ttlMs) then
+        tell(channel, by, me, lockName .. SHORTENED .. fs .. ' ' .. me,
           {})
       end
-      e = string.gsub(e, '^(%S+) %S+', '%1 ' .. joined(by, me))
+      e = string.gsub(e, ENTRY_BROKER, '%1 ' .. joined(by, me))
     end
-    local at = ms(now + tonumber(ARGV[2]))
-    redis.call('ZADD', KEYS[4], at, ARGV[1])
-    stretch(KEYS[1], KEYS[4], KEYS[5], now, KEYS[2])
-    redis.call('HSET', KEYS[5], ARGV[1], fs .. ' ' .. e)
-    qdrop(KEYS[8], KEYS[9], tk)
+    local at = ms(now + tonumber(ttlMs))
+    redis.call('ZADD', holdersKey, at, token)
+    stretch(lockKey, holdersKey, whoKey, now, fenceKey)
+    redis.call('HSET', whoKey, token, fs .. ' ' .. e)
+    qdrop(queueKey, ticketsKey, tk)
     return {1, tonumber(fs)}
   end
 end
-local t = redis.call('PTTL', KEYS[6])
+local t = redis.call('PTTL', writerKey)
 if t > 0 then return refuse(t) end
 local before = 0
-local first, hb = qhead(KEYS[8], KEYS[9], KEYS[10], now, ARGV[13])
+local first, hb = qhead(queueKey, ticketsKey, brokersKey, now, liveMs)
 if first and first ~= tk and hb == me then
-  hn = tonumber(string.match(first, '#(%d+)$'))
+  hn = tonumber(string.match(first, TICKET_N))
 end
 if first then
-  before = tk ~= '' and qbefore(KEYS[8], KEYS[9], KEYS[10], now, tk,
-    ARGV[5])
+  before = tk ~= '' and qbefore(queueKey, ticketsKey, brokersKey, now, tk,
+    shareMode)
   if not before then return refuse(-1) end
 end
-if ARGV[6] ~= '0' and n + before >= tonumber(ARGV[6]) then
-  local low = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+if limitN ~= '0' and n + before >= tonumber(limitN) then
+  local low = redis.call('ZRANGE', holdersKey, 0, 0, 'WITHSCORES')
   return refuse(n > 0 and tonumber(low[2]) - now or -1)
 end
-local f = next_fence(KEYS[2], clock, ARGV[2])
+local f = next_fence(fenceKey, clock, ttlMs)
 if type(f) ~= 'number' then return f end
-qdrop(KEYS[8], KEYS[9], tk)
-redis.call('ZADD', KEYS[4], ms(now + tonumber(ARGV[2])), ARGV[1])
-redis.call('HSET', KEYS[5], ARGV[1], ms(f) .. ' ' .. ARGV[4],
-  '=mode', ARGV[5])
-stretch(KEYS[1], KEYS[4], KEYS[5], now, KEYS[2])
+qdrop(queueKey, ticketsKey, tk)
+redis.call('ZADD', holdersKey, ms(now + tonumber(ttlMs)), token)
+redis.call('HSET', whoKey, token, ms(f) .. ' ' .. whoEntry,
+  MODE_FIELD, shareMode)
+stretch(lockKey, holdersKey, whoKey, now, fenceKey)
 return {1, f}

@@ -10,7 +10,7 @@
 -- fence without writing it; next_fence(k, t, ttl) also writes it back
 -- with one SET that keeps it (a plain grant in acquire.lua writes it
 -- itself, as here): the counter is only needed while a grant may still be
--- compared with it, so it lives keep_ms() past the lease ttl (ms) just
+-- compared with it, so it lives KEEP_MS past the lease ttl (ms) just
 -- set (lib/keep.lua: ten minutes; a
 -- release, renewal and VALIDATE may read it; a renewal keeps it as long),
 -- and the names nobody uses any more leave nothing in Redis; a counter
@@ -39,7 +39,7 @@ local function fence_of(k, t, c)
   return f, c
 end
 -- The counter also remembers the lease: every grant, renewal, EXTEND and
--- put-back sets its expiry keep_ms() past the lease it sets (shared
+-- put-back sets its expiry KEEP_MS past the lease it sets (shared
 -- holders': past the longest, lib/holders.lua), and a release or REVOKE
 -- sets it to half that (so that Redis's clock stepped back by up to that
 -- much does not make a lease seem to run again). remembered(k) is the ms of lease
@@ -48,13 +48,13 @@ end
 -- (acquire.lua, share.lua), and its holder's broker puts it back
 -- (check.lua).
 local function remembered(k)
-  return math.max(0, redis.call('PTTL', k) - keep_ms())
+  return math.max(0, redis.call('PTTL', k) - KEEP_MS)
 end
 local function next_fence(k, t, ttl, c)
   local f = fence_of(k, t, c)
   if type(f) == 'number' then
-    redis.call('SET', k, string.format('%d', f), 'PX',
-      tonumber(ttl) + keep_ms())
+    redis.call('SET', k, ms(f), 'PX',
+      tonumber(ttl) + KEEP_MS)
   end
   return f
 end

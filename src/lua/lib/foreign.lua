@@ -2,5 +2,5 @@
 -- <mode> <broker> ..."; "*" once brokers share it) is not broker b: holds
 -- of the grant on other brokers must then hear of what b does to it.
 local function foreign(e, b)
-  return string.match(e or '', '^%S+ %S+ (%S+)') ~= b
+  return string.match(e or '', THIRD_WORD) ~= b
 end

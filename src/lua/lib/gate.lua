@@ -9,12 +9,12 @@
 -- ms left; with nil, the TIME it read (next_fence may use it: a grant in
 -- the same script comes after it), its third element the incarnation's
 -- id as a number (no fence granted in it is lower: lib/leftover.lua).
+-- Needs now.lua.
 local function gate(k, inc, rid)
   local m = redis.call('HMGET', k, 'id', 'grace', 'runid')
   if m[1] ~= inc or (rid ~= '' and m[3] ~= rid) then return {-1, 0} end
   local t = redis.call('TIME')
-  local left = tonumber(m[2] or '0') -
-    (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  local left = tonumber(m[2] or '0') - now_ms(t)
   if left > 0 then return {-2, left} end
   t[3] = tonumber(m[1])
   return nil, t

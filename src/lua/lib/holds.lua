@@ -2,6 +2,6 @@
 -- holder (or, from an older broker, just "<token>"), or "=shared" while
 -- shared holders hold the name: v is its value, holds whether it is the
 -- token's (ARGV[1]).
-local v, t = redis.call('GET', KEYS[1]), ARGV[1]
+local v, t = redis.call('GET', lockKey), token
 local holds = v == t or (type(v) == 'string' and
   string.sub(v, 1, #t + 1) == t .. ' ')

@@ -9,7 +9,7 @@
 -- told) publishes msg to each broker of f but actor, or on ch when f is
 -- unknown; told (a table) gets the brokers told. wake(w, ch, name, told)
 -- publishes name to each broker whose waiter marked :waiting (w: broker
--- -> until, ms on TIME's clock) and is not in told.
+-- -> until, ms on TIME's clock) and is not in told. Needs now.lua.
 local function joined(f, b)
   if not f or f == '?' then return '?' end
   for x in string.gmatch(f, '[^,]+') do
@@ -33,8 +33,7 @@ end
 local function wake(w, ch, name, told)
   local m = redis.call('HGETALL', w)
   if #m == 0 then return end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   for i = 1, #m, 2 do
     if (tonumber(m[i + 1]) or 0) > now then tell(ch, m[i], '', name, told) end
   end

@@ -26,9 +26,9 @@
 -- qlive(qb, tk, now, e): tk's broker if tk is live; e is that broker's
 -- entry if read already (false: none), nil to read it.
 local function qlive(qb, tk, now, e)
-  local b, n = string.match(tk, '^(.+)#(%d+)$')
+  local b, n = string.match(tk, TICKET)
   if e == nil then e = redis.call('HGET', qb, b or '') end
-  local til, least = string.match(e or '', '^(%d+) (%d+)$')
+  local til, least = string.match(e or '', BROKER_ENTRY)
   if til and tonumber(til) > now and tonumber(n) >= tonumber(least) then
     return b
   end
@@ -43,7 +43,7 @@ local function qhead(q, qt, qb, now, live)
   if last and now - last > tonumber(live) then
     local all = redis.call('HGETALL', qb)
     for i = 1, #all, 2 do
-      local til, least = string.match(all[i + 1], '^(%d+) (%d+)$')
+      local til, least = string.match(all[i + 1], BROKER_ENTRY)
       if til then
         redis.call('HSET', qb, all[i],
           ms(tonumber(til) + now - last) .. ' ' .. least)
@@ -68,7 +68,7 @@ local function qdrop(q, qt, tk)
   end
 end
 local function qmode(qt, tk)
-  return string.match(redis.call('HGET', qt, tk) or '', '^%S+ %S+ (%S+)')
+  return string.match(redis.call('HGET', qt, tk) or '', THIRD_WORD)
 end
 local function qbefore(q, qt, qb, now, tk, m)
   local k = 0
