@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 
-from lbtest import LATE, BrokerTest, Redis, main, wait_for
+from lbtest import LATE, BrokerTest, Redis, main, wait_for, wait_until
 
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
@@ -71,14 +71,26 @@ class Faults(BrokerTest):
                    for i in range(20)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+
+        def replies(kind):
+            with lock:
+                return sum(1 for _, r in results if r.startswith(kind))
+        # Under load: grants and releases, more than a hundred replies.
+        wait_until(lambda: replies("OK ") > 50 or errors, 10, "50 grants")
         self.redis.kill()
+        wait_until(lambda: replies("ERR UNAVAILABLE") >= 1 or errors, 10,
+                   "a refusal while Redis is down")
+        # The rest of the outage, its length the test's: the broker's
+        # reconnect back-off reaches its cap, which back measures.
         time.sleep(1.0)
         self.redis.start()
         up = time.monotonic()
         wait_for(lambda: self.broker.info()["redis_up"] == "1", 5)
         back = time.monotonic() - up
-        time.sleep(0.5)
+        with lock:
+            n = len(results)
+        wait_until(lambda: len(results) >= n + 20 or errors, 10,
+                   "20 more replies once Redis is back")
         stop.set()
         for t in threads:
             t.join(30)
@@ -111,12 +123,14 @@ class Faults(BrokerTest):
         for i, w in enumerate(waiters):
             w.send("ACQUIRE st")
             wait_for(lambda: self.broker.info()["waiters"] == str(i + 1))
+        mark = self.broker.log_mark()
         os.kill(self.redis.proc.pid, signal.SIGSTOP)
         try:
             start = time.monotonic()
             self.assertRegex(holder.cmd("RELEASE st"), r"^ERR UNAVAILABLE ")
             self.assertLess(time.monotonic() - start, 0.5 + 0.1)
-            time.sleep(2.0 - (time.monotonic() - start))
+            # Stopped until the broker gives up on its connection.
+            self.broker.wait_log("no reply for", mark, timeout=10)
         finally:
             os.kill(self.redis.proc.pid, signal.SIGCONT)
         fences = []
@@ -137,7 +151,9 @@ class Faults(BrokerTest):
         try:
             a.send("ACQUIRE slow TTL 100 WAIT 0")
             b.send("ACQUIRE slow2 TTL 100 WAIT 3000")
-            time.sleep(0.3)  # Redis grants both, 300 ms after they asked
+            # Redis grants both 300 ms after they asked, past their 100 ms
+            # leases: the time passing is the fault.
+            time.sleep(0.3)
         finally:
             os.kill(self.redis.proc.pid, signal.SIGCONT)
         self.assertEqual(a.line(), "ERR UNAVAILABLE the grant came after "
@@ -167,6 +183,8 @@ class Faults(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE gone TTL 300"), r"^OK ")
         self.redis.kill()
         self.assertRegex(a.cmd("RELEASE gone"), r"^ERR UNAVAILABLE ")
+        # The outage outlasts the 300 ms lease: its length is the test,
+        # and the lease's end shows nothing before Redis is back.
         time.sleep(0.4)
         self.redis.start()
         wait_for(lambda: "lock gone: its lease ran out before Redis came "
@@ -184,7 +202,8 @@ class Outage(BrokerTest):
     def test_reconnect_delays_stay_under_an_eighth_of_trust(self):
         b = self.start_broker({"redis": {"trust_ms": 2000}}, name="short")
         self.redis.kill()
-        time.sleep(3)          # the outage itself: its length is the test
+        # The outage itself: its length is the test.
+        time.sleep(3)
         self.redis.start()
         delays = [int(l.split("retrying in ")[1].split()[0])
                   for l in b.logtext().splitlines() if "retrying in" in l]
@@ -196,7 +215,9 @@ class Outage(BrokerTest):
         for i, c in enumerate(clients):
             self.assertRegex(c.cmd("ACQUIRE out%d" % i), r"^OK ")
         self.redis.kill()
-        time.sleep(3.5)        # 5/8 of 8000 ms is 5 s: room for a beat
+        # The outage itself, its length the test's: 5/8 of 8000 ms is
+        # 5 s, room for a beat.
+        time.sleep(3.5)
         self.redis.start()
         # Put back during the grace period (about trust_ms), not lost.
         probe = self.client()
@@ -275,11 +296,11 @@ class Auth(BrokerTest):
             c = self.client(b)
             wait_for(lambda: "redis command: connected" in b.logtext(), 5)
             c.send("ACQUIRE w WAIT 0\n")
-            time.sleep(0.05 * LATE)
+            # Refused at once, with Redis still stopped: had it gone out,
+            # no answer would come until Redis runs again.
+            self.assertRegex(c.line(), r"^ERR UNAVAILABLE ")
         finally:
             os.kill(self.redis.proc.pid, signal.SIGCONT)
-        # Refused at once; had it gone out, Redis would answer it now.
-        self.assertRegex(c.line(), r"^ERR UNAVAILABLE ")
         wait_for(lambda: "AUTH failed" in b.logtext(), 5)
         self.assertRegex(c.cmd("ACQUIRE w WAIT 0"), r"^ERR UNAVAILABLE ")
         self.assertNotIn("unauthenticated", b.logtext())
