@@ -1,0 +1,440 @@
+/*
+ * lockdb_script: the Lua scripts (src/lua/, embedded at build time) and
+ * the calls that send them, each argument filled by its name in the
+ * script's header.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chaos.h"
+#include "lockdb.h"
+#include "lockdb_int.h"
+#include "log.h"
+#include "lua_scripts.h"
+#include "proto.h"
+#include "redisc.h"
+#include "util.h"
+#include "xmalloc.h"
+
+#define LOCKDB_SCRIPT(x, X)                                                    \
+	static struct lockdb_script lockdb_lua_##x = {                         \
+		{ LUA_##X##_FILE, LUA_##X##_BODY, "" }, LUA_##X##_NKEYS,       \
+		LUA_##X##_KEYS, LUA_##X##_NARGS                                \
+	}
+
+LOCKDB_SCRIPT(acquire, ACQUIRE);
+LOCKDB_SCRIPT(share, SHARE);
+LOCKDB_SCRIPT(release, RELEASE);
+LOCKDB_SCRIPT(blind_release, BLIND_RELEASE); /* CHAOS_BLIND_RELEASE */
+LOCKDB_SCRIPT(cancel, CANCEL);
+LOCKDB_SCRIPT(extend, EXTEND);
+LOCKDB_SCRIPT(status, STATUS);
+LOCKDB_SCRIPT(who, WHO);
+LOCKDB_SCRIPT(check, CHECK);
+LOCKDB_SCRIPT(revoke, REVOKE);
+LOCKDB_SCRIPT(incarnation, INCARNATION);
+LOCKDB_SCRIPT(batch, BATCH); /* acquire's and release's calls, batched */
+
+/* blind_release.lua is sent release.lua's arguments: the first it names. */
+_Static_assert(LUA_BLIND_RELEASE_ARG_TOKEN == LUA_RELEASE_ARG_TOKEN &&
+	LUA_BLIND_RELEASE_ARG_CHANNEL == LUA_RELEASE_ARG_CHANNEL &&
+	LUA_BLIND_RELEASE_ARG_LOCK_NAME == LUA_RELEASE_ARG_LOCK_NAME &&
+	LUA_BLIND_RELEASE_NARGS <= LUA_RELEASE_NARGS,
+    "blind_release.lua takes release.lua's arguments");
+
+/*
+ * The script's passed keys (docs/protocol.md §8: the lock key, "", and
+ * the keys of no name, "/<word>", as embed.py's passed()) and its
+ * arguments, args[LUA_<X>_ARG_<NAME>]: each must be filled.
+ */
+static void
+lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
+    const char *const *args, lockdb_cb *cb, void *arg)
+{
+	int nkeys = script->nkeys, nargs = script->nargs;
+	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
+	int n = 0;
+	/* redis.prefix is at most 64 bytes, a name 200. */
+	char lock[PROTO_NAME_MAX + 160], key[LOCKDB_KEYS_MAX][160];
+	const char *argv[30]; /* redisc's most, less the key count */
+	size_t lens[30], lock_len;
+	char *p = lock;
+
+	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > 30)
+		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
+		    nargs);
+	if (lockdb.quiet) {
+		/* Quiet since the last beat: a beat first, whose answer
+		 * comes before this one's. */
+		lockdb.quiet = false;
+		lockdb.beats = 3; /* with INFO memory: the policy may be new */
+		lockdb_incarnation();
+	}
+
+	util_cat(&p, lock + sizeof lock, lockdb.prefix);
+	util_cat(&p, lock + sizeof lock, "{");
+	util_cat(&p, lock + sizeof lock, name);
+	util_cat(&p, lock + sizeof lock, "}");
+	lock_len = (size_t)(p - lock);
+	for (int i = 0; i < nkeys; i++) {
+		if (script->keys[i][0] == '\0') {
+			lens[n] = lock_len;
+			argv[n++] = lock;
+			continue;
+		}
+		p = key[i]; /* "<prefix><word>": not a name's */
+		util_cat(&p, key[i] + sizeof key[i], lockdb.prefix);
+		util_cat(&p, key[i] + sizeof key[i], script->keys[i] + 1);
+		lens[n] = (size_t)(p - key[i]);
+		argv[n++] = key[i];
+	}
+	for (int i = 0; i < nargs; i++) {
+		if (args[i] == NULL) /* a name the call did not fill */
+			fatalx("lockdb: %s's argument %d is not filled",
+			    script->rs.name, i + 1);
+		lens[n] = strlen(args[i]);
+		argv[n++] = args[i];
+	}
+	redisc_eval(&script->rs, nkeys, n, argv, lens, lockdb_reply_cb, req);
+}
+
+/* A ticket's "<broker>#<n>" in buf ("" for none). */
+static void
+lockdb_ticket(char *buf, size_t size, uint64_t n)
+{
+	char *p = buf;
+
+	buf[0] = '\0';
+	if (n == 0)
+		return;
+	util_cat(&p, buf + size, lockdb.broker);
+	util_cat(&p, buf + size, "#");
+	util_cat_u64(&p, buf + size, n);
+}
+
+/* An exclusive ACQUIRE or a FILL: acquire.lua. No printf on the request
+ * path: util_u64str. */
+static void
+lockdb_acquire_exclusive(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], watch[UTIL_U64_LEN];
+	char least[UTIL_U64_LEN], ticket[sizeof lockdb.mine];
+	const char *args[LUA_ACQUIRE_NARGS] = {
+		[LUA_ACQUIRE_ARG_TOKEN] = a->token,
+		[LUA_ACQUIRE_ARG_TTL_MS] = ttl,
+		[LUA_ACQUIRE_ARG_MARK_MS] = mark,
+		[LUA_ACQUIRE_ARG_WHO_ENTRY] = a->info,
+		[LUA_ACQUIRE_ARG_IS_FILL] = a->mode == LDB_FILL ? "1" : "0",
+		[LUA_ACQUIRE_ARG_WATCH_FENCE] = watch,
+		[LUA_ACQUIRE_ARG_CLEAR_WRITER] = a->clear_writer ? "1" : "0",
+		[LUA_ACQUIRE_ARG_CHANNEL] = lockdb.channel,
+		[LUA_ACQUIRE_ARG_LOCK_NAME] = name,
+		[LUA_ACQUIRE_ARG_TICKET] = ticket,
+		[LUA_ACQUIRE_ARG_LEAST_N] = least,
+		[LUA_ACQUIRE_ARG_LIVE_MS] = lockdb.live,
+		[LUA_ACQUIRE_ARG_INCARNATION] = lockdb.inc,
+		[LUA_ACQUIRE_ARG_RUN_ID] = lockdb.runid,
+	};
+
+	util_u64str(ttl, a->ttl_ms + lockdb.step_ms);
+	util_u64str(mark, a->mark_ms);
+	util_u64str(watch, a->watch);
+	util_u64str(least, a->least);
+	lockdb_ticket(ticket, sizeof ticket, a->ticket);
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_acquire, name, args, cb, arg);
+}
+
+/* ACQUIRE ... SHARED or LIMIT n: share.lua. */
+static void
+lockdb_acquire_shared(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], n[UTIL_U64_LEN];
+	char mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
+	char ticket[sizeof lockdb.mine], *p = mode;
+	const char *args[LUA_SHARE_NARGS] = {
+		[LUA_SHARE_ARG_TOKEN] = a->token,
+		[LUA_SHARE_ARG_TTL_MS] = ttl,
+		[LUA_SHARE_ARG_MARK_MS] = mark,
+		[LUA_SHARE_ARG_WHO_ENTRY] = a->info,
+		[LUA_SHARE_ARG_SHARE_MODE] = mode,
+		[LUA_SHARE_ARG_LIMIT_N] = n,
+		[LUA_SHARE_ARG_CHANNEL] = lockdb.channel,
+		[LUA_SHARE_ARG_LOCK_NAME] = name,
+		[LUA_SHARE_ARG_INCARNATION] = lockdb.inc,
+		[LUA_SHARE_ARG_RUN_ID] = lockdb.runid,
+		[LUA_SHARE_ARG_TICKET] = ticket,
+		[LUA_SHARE_ARG_LEAST_N] = least,
+		[LUA_SHARE_ARG_LIVE_MS] = lockdb.live,
+	};
+
+	util_u64str(ttl, a->ttl_ms + lockdb.step_ms);
+	util_u64str(mark, a->mark_ms);
+	util_u64str(least, a->least);
+	lockdb_ticket(ticket, sizeof ticket, a->ticket);
+	if (a->mode == LDB_SHARED) {
+		util_cat(&p, mode + sizeof mode, "SHARED");
+	} else {
+		util_cat(&p, mode + sizeof mode, "LIMIT=");
+		util_cat_u64(&p, mode + sizeof mode, a->limit);
+	}
+	util_u64str(n,
+	    a->mode == LDB_LIMIT && chaos_fault != CHAOS_NO_LIMIT ? a->limit
+								  : 0);
+	lockdb_send(LDB_ACQUIRE, &lockdb_lua_share, name, args, cb, arg);
+}
+
+void
+lockdb_acquire(
+    const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
+{
+	if (a->mode == LDB_EXCLUSIVE || a->mode == LDB_FILL)
+		lockdb_acquire_exclusive(name, a, cb, arg);
+	else
+		lockdb_acquire_shared(name, a, cb, arg);
+}
+
+void
+lockdb_release(const char *name, const char *token, uint64_t fence,
+    enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg)
+{
+	static const char *const marks[] = { "0", "1", "2" };
+	char ms[UTIL_U64_LEN], f[UTIL_U64_LEN];
+	const char *args[LUA_RELEASE_NARGS] = {
+		[LUA_RELEASE_ARG_TOKEN] = token,
+		[LUA_RELEASE_ARG_CHANNEL] = lockdb.channel,
+		[LUA_RELEASE_ARG_LOCK_NAME] = name,
+		[LUA_RELEASE_ARG_DONE_MODE] = marks[done],
+		[LUA_RELEASE_ARG_DONE_KEEP_MS] = ms,
+		[LUA_RELEASE_ARG_GRANT_FENCE] = f,
+		[LUA_RELEASE_ARG_BROKER] = lockdb.broker,
+		[LUA_RELEASE_ARG_HANDOFF_MS] = lockdb.handoff,
+		[LUA_RELEASE_ARG_TO_PREFIX] = lockdb.to,
+		[LUA_RELEASE_ARG_LIVE_MS] = lockdb.live,
+		[LUA_RELEASE_ARG_INCARNATION] = lockdb.inc,
+		[LUA_RELEASE_ARG_RUN_ID] = lockdb.runid,
+	};
+
+	util_u64str(ms, done_ms > 0 ? done_ms : 1);
+	util_u64str(f, fence);
+	lockdb_send(LDB_RELEASE,
+	    chaos_fault == CHAOS_BLIND_RELEASE ? &lockdb_lua_blind_release
+					       : &lockdb_lua_release,
+	    name, args, cb, arg);
+}
+
+static void
+lockdb_cancel_cb(const struct lockdb_reply *r, void *arg)
+{
+	/* Not queued (handed over: that grant is released by whoever hears
+	 * of it), or Redis away: its broker's later tries make it dead. */
+}
+
+void
+lockdb_cancel(const char *name, uint64_t ticket)
+{
+	char tk[sizeof lockdb.mine];
+	const char *args[LUA_CANCEL_NARGS] = { [LUA_CANCEL_ARG_TICKET] = tk };
+
+	snprintf(tk, sizeof tk, "%s#%" PRIu64, lockdb.broker, ticket);
+	lockdb_send(
+	    LDB_CANCEL, &lockdb_lua_cancel, name, args, lockdb_cancel_cb, NULL);
+}
+
+/* extend.lua with the lease in Redis as given (ms). */
+static void
+lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
+    lockdb_cb *cb, void *arg)
+{
+	char ttl[UTIL_U64_LEN], f[UTIL_U64_LEN];
+	const char *args[LUA_EXTEND_NARGS] = {
+		[LUA_EXTEND_ARG_TOKEN] = token,
+		[LUA_EXTEND_ARG_TTL_MS] = ttl,
+		[LUA_EXTEND_ARG_GRANT_FENCE] = f,
+		[LUA_EXTEND_ARG_BROKER] = lockdb.broker,
+		[LUA_EXTEND_ARG_CHANNEL] = lockdb.channel,
+		[LUA_EXTEND_ARG_LOCK_NAME] = name,
+		[LUA_EXTEND_ARG_INCARNATION] = lockdb.inc,
+		[LUA_EXTEND_ARG_RUN_ID] = lockdb.runid,
+	};
+
+	util_u64str(ttl, ms);
+	util_u64str(f, fence);
+	lockdb_send(LDB_EXTEND, &lockdb_lua_extend, name, args, cb, arg);
+}
+
+void
+lockdb_extend(const char *name, const char *token, uint64_t fence,
+    uint64_t ttl_ms, lockdb_cb *cb, void *arg)
+{
+	lockdb_pexpire(name, token, fence, ttl_ms + lockdb.step_ms, cb, arg);
+}
+
+void
+lockdb_keep(const char *name, const char *token, uint64_t fence,
+    uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	lockdb_pexpire(name, token, fence, keep_ms, cb, arg);
+}
+
+void
+lockdb_status(const char *name, uint64_t fence, const char *token,
+    lockdb_cb *cb, void *arg)
+{
+	char f[24];
+	const char *args[LUA_STATUS_NARGS] = {
+		[LUA_STATUS_ARG_GRANT_FENCE] = f,
+		[LUA_STATUS_ARG_TOKEN] = token != NULL ? token : "",
+		[LUA_STATUS_ARG_INCARNATION] = lockdb.inc,
+	};
+
+	snprintf(f, sizeof f, "%" PRIu64, fence);
+	lockdb_send(LDB_STATUS, &lockdb_lua_status, name, args, cb, arg);
+}
+
+void
+lockdb_who(const char *name, lockdb_cb *cb, void *arg)
+{
+	lockdb_send(LDB_WHO, &lockdb_lua_who, name, NULL, cb, arg);
+}
+
+void
+lockdb_check(const char *name, const char *token, uint64_t fence,
+    uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
+{
+	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
+	const char *args[LUA_CHECK_NARGS] = {
+		[LUA_CHECK_ARG_TOKEN] = token,
+		[LUA_CHECK_ARG_GRANT_FENCE] = f,
+		[LUA_CHECK_ARG_RESTORE_MS] = ttl,
+		[LUA_CHECK_ARG_LOCK_VALUE] = value,
+		[LUA_CHECK_ARG_INCARNATION] = lockdb.inc,
+		[LUA_CHECK_ARG_RUN_ID] = lockdb.runid,
+	};
+
+	snprintf(f, sizeof f, "%" PRIu64, fence);
+	snprintf(ttl, sizeof ttl, "%" PRIu64,
+	    info != NULL && restore_ms > 0 ? restore_ms + lockdb.step_ms : 0);
+	snprintf(value, sizeof value, "%s %s", token, info != NULL ? info : "");
+	lockdb_send(LDB_CHECK, &lockdb_lua_check, name, args, cb, arg);
+}
+
+void
+lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
+{
+	char keep[24];
+	const char *args[LUA_REVOKE_NARGS] = {
+		[LUA_REVOKE_ARG_CHANNEL] = lockdb.channel,
+		[LUA_REVOKE_ARG_LOCK_NAME] = name,
+		[LUA_REVOKE_ARG_REVOKED_KEEP_MS] = keep,
+	};
+
+	snprintf(keep, sizeof keep, "%" PRIu64, keep_ms > 0 ? keep_ms : 1);
+	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, args, cb, arg);
+}
+
+/* incarnation.lua for the beat (lockdb.c): its key, and its arguments by
+ * name. */
+void
+lockdb_script_incarnation(redisc_cb *cb, void *arg)
+{
+	char key[160];
+	const char *argv[1 + LUA_INCARNATION_NARGS] = { key };
+	const char **args = argv + 1;
+	size_t lens[1 + LUA_INCARNATION_NARGS];
+
+	snprintf(key, sizeof key, "%s%s", lockdb.prefix,
+	    lockdb_lua_incarnation.keys[0] + 1);
+	args[LUA_INCARNATION_ARG_RUN_ID] = lockdb.runid;
+	args[LUA_INCARNATION_ARG_GRACE_MS] = lockdb.grace;
+	args[LUA_INCARNATION_ARG_READ_EVICTIONS] = lockdb.allow_eviction ||
+		lockdb.quiet || chaos_fault == CHAOS_NO_EVICTION_CHECK
+	    ? "0"
+	    : "1";
+	args[LUA_INCARNATION_ARG_SKEW_MS] = lockdb.skew;
+	args[LUA_INCARNATION_ARG_KNOWN_ID] = lockdb.inc;
+	for (int i = 0; i < 1 + LUA_INCARNATION_NARGS; i++)
+		lens[i] = strlen(argv[i]);
+	redisc_eval(&lockdb_lua_incarnation.rs, 1, 1 + LUA_INCARNATION_NARGS,
+	    argv, lens, cb, arg);
+}
+
+void
+lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
+    void *arg)
+{
+	char n[16], t[24];
+	const char *argv[3] = { "WAIT", n, t };
+	size_t lens[3];
+
+	snprintf(n, sizeof n, "%d", replicas);
+	snprintf(t, sizeof t, "%" PRIu64, timeout_ms);
+	for (int i = 0; i < 3; i++)
+		lens[i] = strlen(argv[i]);
+	redisc_command(3, argv, lens, lockdb_reply_cb,
+	    lockdb_req_new(LDB_WAIT, NULL, name, cb, arg));
+}
+
+/*
+ * CHAOS_NO_CLOCK_FENCE: the scripts that take a fence (lib/fence.lua's
+ * next_fence) get a copy of their text that never raises the counter to
+ * Redis's clock (nor to the incarnation's id, which is that clock too), so
+ * a counter Redis forgot starts again at 1.
+ */
+static void
+lockdb_chaos_no_clock(struct lockdb_script *s)
+{
+	/* Each test becomes "false", padded to its length: the lines keep
+	 * their numbers and columns. */
+	static const char *const raise[] = { "if f < now then",
+		"if t[3] and f < t[3] then" };
+	char *body = xstrdup(s->rs.body);
+
+	for (size_t i = 0; i < sizeof raise / sizeof raise[0]; i++) {
+		char *at = strstr(body, raise[i]);
+		size_t n = strlen(raise[i]);
+
+		if (at == NULL)
+			fatalx("chaos: %s has no '%s'", s->rs.name, raise[i]);
+		memset(at + 3, ' ', n - 3 - 5); /* between "if " and " then" */
+		memcpy(at + 3, "false", 5);
+	}
+	s->rs.body = body;
+}
+
+/* Each script added to redisc, which loads it at every connect. */
+void
+lockdb_scripts_init(void)
+{
+	if (chaos_fault == CHAOS_NO_CLOCK_FENCE) {
+		lockdb_chaos_no_clock(&lockdb_lua_acquire);
+		lockdb_chaos_no_clock(&lockdb_lua_share);
+		lockdb_chaos_no_clock(&lockdb_lua_release);
+	}
+	/* A chaos fault breaks the scripts a call names; batch runs them
+	 * unbroken, so no batch then. */
+	if (chaos_fault == CHAOS_NONE) {
+		lockdb_lua_acquire.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_acquire.rs.batch_op = 1;
+		lockdb_lua_release.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_release.rs.batch_op = 2;
+		lockdb_lua_check.rs.batch = &lockdb_lua_batch.rs;
+		lockdb_lua_check.rs.batch_op = 3;
+		redisc_script_add(&lockdb_lua_batch.rs);
+	}
+	redisc_script_add(&lockdb_lua_acquire.rs);
+	redisc_script_add(&lockdb_lua_share.rs);
+	redisc_script_add(&lockdb_lua_release.rs);
+	redisc_script_add(&lockdb_lua_cancel.rs);
+	if (chaos_fault == CHAOS_BLIND_RELEASE)
+		redisc_script_add(&lockdb_lua_blind_release.rs);
+	redisc_script_add(&lockdb_lua_extend.rs);
+	redisc_script_add(&lockdb_lua_status.rs);
+	redisc_script_add(&lockdb_lua_who.rs);
+	redisc_script_add(&lockdb_lua_revoke.rs);
+	redisc_script_add(&lockdb_lua_check.rs);
+	redisc_script_add(&lockdb_lua_incarnation.rs);
+}
