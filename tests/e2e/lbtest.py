@@ -34,6 +34,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def tcp_unread(port, peer_port):
+    """Bytes that the loopback socket on port has received from
+    peer_port and its process has not read yet (/proc/net/tcp): shows a
+    request has arrived where a stopped or stalled server cannot say so."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            local, remote = cols[1], cols[2]
+            if (int(local.rsplit(":", 1)[1], 16) == port and
+                    int(remote.rsplit(":", 1)[1], 16) == peer_port):
+                n += int(cols[4].split(":")[1], 16)
+    return n
+
+
 def wait_until(pred, timeout=10.0, what=None, step=0.05):
     """pred's first true value, polled at once and then every few ms
     (growing to step): as quick as the event, light on a loaded machine.
@@ -53,6 +73,21 @@ def wait_until(pred, timeout=10.0, what=None, step=0.05):
         # The poll's own pause: the predicate is the event waited on.
         time.sleep(pause)
         pause = min(pause * 2, step)
+
+
+def holds_for(pred, seconds, what, step=0.05):
+    """pred stays true for seconds, checked all along: an interval in
+    which something must not happen, which no event can show; fails the
+    moment it does. The interval is exact (not scaled)."""
+    end, broken = time.monotonic() + seconds, []
+
+    def over():
+        if not pred():
+            broken.append(time.monotonic() - (end - seconds))
+        return broken or time.monotonic() >= end
+    wait_until(over, seconds + 10, what, step)
+    if broken:
+        raise AssertionError("after %.2f s: no longer %s" % (broken[0], what))
 
 
 def wait_for(pred, timeout=10.0, step=0.05, what=None):

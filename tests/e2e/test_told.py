@@ -12,7 +12,7 @@ import struct
 import tempfile
 import time
 
-from lbtest import LATE, SLOW, Redis, main, wait_for
+from lbtest import LATE, SLOW, Redis, main, tcp_unread, wait_for, wait_until
 from test_truth import (KEY, LOST_RE, TruthBase, fence_of, locks_of,
                         next_line, read_until)
 
@@ -38,8 +38,8 @@ class NewsBeforeAnswer(TruthBase):
         for i in range(3):
             a, z = self.client(), self.client(other)
             woke = self.stall_redis(0.3)
-            a.send("ACQUIRE x%d TTL 60000 TOKEN T%d" % (i, i))
-            time.sleep(0.05)
+            self.send_into_stall(a, "ACQUIRE x%d TTL 60000 TOKEN T%d" %
+                                 (i, i))
             z.send("RELEASE x%d TOKEN T%d" % (i, i))
             woke()
             self.assertGreater(fence_of(a.line()), 0)
@@ -58,8 +58,8 @@ class SameTokenBookkeeping(TruthBase):
         f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
         self.assertEqual(a.cmd("ACQUIRE x SHARED TTL 100 TOKEN T"),
                          "ERR ARGS this token holds it exclusively")
-        time.sleep(0.4)
-        self.assertEqual(drain(a, 0.2), [])
+        # Nothing said for well past a 100 ms lease.
+        self.assertEqual(drain(a, 0.6), [])
         self.assertEqual(locks_of(a), ["x"])
         self.assertGreater(self.redis("PTTL", KEY % "x"), 50000)
 
@@ -70,8 +70,7 @@ class SameTokenBookkeeping(TruthBase):
         a, c = self.client(), self.client()
         f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
         woke = self.stall_redis(0.3)
-        a.send("ACQUIRE x TTL 60000 TOKEN T")
-        time.sleep(0.05)
+        self.send_into_stall(a, "ACQUIRE x TTL 60000 TOKEN T")
         a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                           struct.pack("ii", 1, 0))
         a.sock.close()
@@ -122,9 +121,10 @@ class Replicated(TruthBase):
         z, a, b = self.client(), self.client(), self.client()
         f1 = fence_of(z.cmd("ACQUIRE x TOKEN Z"))
         a.send("ACQUIRE x TOKEN T WAIT 30000")
-        time.sleep(0.2)
+        self.broker.wait_info("waiters", 1)
+        self.wait_queued("x")  # its first try is done
         b.send("ACQUIRE x TOKEN T WAIT 30000")
-        time.sleep(0.2)
+        self.broker.wait_info("waiters", 2)
         self.assertEqual(z.cmd("RELEASE x"), "OK")
         self.assertGreater(fence_of(a.line()), f1)
         self.replica.proc.send_signal(signal.SIGSTOP)
@@ -146,8 +146,7 @@ class CrossBrokerExpiry(TruthBase):
         f1 = fence_of(a.cmd("ACQUIRE x TTL 1000 TOKEN T"))
         self.assertEqual(fence_of(b.cmd("ACQUIRE x TTL 60000 TOKEN T")), f1)
         self.assert_lost(a, "x", ("expired",), 3 * LATE)
-        time.sleep(0.3)
-        self.assertEqual(drain(b, 0.2), [])
+        self.assertEqual(drain(b, 0.5), [])
         self.assertEqual(locks_of(b), ["x"])
         self.assertIsNotNone(self.redis("GET", KEY % "x"))
 
@@ -164,9 +163,12 @@ class PausedBroker(TruthBase):
         self.assertRegex(c.cmd("ACQUIRE q TTL 60000"), r"^OK ")
         self.broker.proc.send_signal(signal.SIGSTOP)
         try:
+            # The pause itself, past p's 300 ms: its length is the test.
             time.sleep(0.5)
             c.send("LOCKS")
-            time.sleep(0.05)
+            port = c.sock.getsockname()[1]
+            wait_until(lambda: tcp_unread(self.broker.port, port) > 0,
+                       what="LOCKS in the paused broker's socket")
         finally:
             self.broker.proc.send_signal(signal.SIGCONT)
         end, before = read_until(c, r"^END$", 5 * SLOW)

@@ -17,8 +17,8 @@ import socket
 import tempfile
 import time
 
-from lbtest import (LATE, SLOW, BrokerTest, Redis, Resp, main, wait_for,
-                    wait_until)
+from lbtest import (LATE, SLOW, BrokerTest, Redis, Resp, holds_for, main,
+                    tcp_unread, wait_for, wait_until)
 
 ADMIN = "adm1n-secret"
 OK_RE = r"^OK (\d+) (\d+) (\S+)$"
@@ -149,6 +149,18 @@ class TruthBase(BrokerTest):
         self.addCleanup(wait)
         return wait
 
+    def send_into_stall(self, c, line):
+        """Send line on c, and wait until the broker's request has reached
+        the stalled Redis (unread in its socket there)."""
+        ports = redis_conn_ports(self.broker, self.redis.port)
+
+        def unread():
+            return sum(tcp_unread(self.redis.port, p) for p in ports)
+        before = unread()
+        c.send(line)
+        wait_until(lambda: unread() > before,
+                   what="the request in the stalled Redis's socket")
+
     def blocked(self, broker):
         """True when a Redis connection of broker's is held by a pause."""
         ports = redis_conn_ports(broker, self.redis.port)
@@ -202,12 +214,11 @@ class OwedRelease(TruthBase):
         self.assertGreater(fence_of(reply), f1, reply)
         woke()
         # The broker re-sends what it owes meanwhile (its retry timer, or
-        # a reconnect): a release that does not run shows no event, so a
-        # window that covers both.
-        time.sleep(1.5)
+        # a reconnect): grant 2 is watched across a window that covers
+        # both, since a release that does not run shows no event.
+        holds_for(lambda: self.redis("GET", KEY % "job") is not None, 1.5,
+                  "grant 2 in Redis (the owed release of grant 1 spared it)")
         value = self.redis("GET", KEY % "job")
-        self.assertIsNotNone(
-            value, "the owed release of grant 1 deleted grant 2")
         self.assertTrue(value.startswith("job-1 "), value)
         self.assertEqual(third.cmd("ACQUIRE job WAIT 0"), "TIMEOUT")
 
@@ -238,11 +249,10 @@ class SameGrantAgain(TruthBase):
         self.broker.wait_info("waiters", 1)  # refused BUSY, trying again
         self.assertEqual(self.redis("SCRIPT", "KILL"), "OK")
         self.assertEqual(fence_of(a.line()), int(f1))  # the same grant
-        # Past the owed release's retry (command_timeout_ms after it was
-        # refused): a release that does not run shows no event.
-        time.sleep(3.5)
-        value = self.redis("GET", KEY % "n")
-        self.assertIsNotNone(value, "the owed release deleted the re-grant")
+        # Watched past the owed release's retry (command_timeout_ms after
+        # it was refused): a release that does not run shows no event.
+        holds_for(lambda: self.redis("GET", KEY % "n") is not None, 3.5,
+                  "the re-grant in Redis (the owed release spared it)")
         self.assertEqual(c.cmd("ACQUIRE n WAIT 0"), "TIMEOUT")
         self.assertEqual(locks_of(a), ["n"])
 
@@ -506,11 +516,9 @@ class FillTryOnce(TruthBase):
         w.sock.shutdown(socket.SHUT_WR)
         self.assertEqual(z.line(), "OK")  # the pause is over
         before = self.evals()
-        # A window of time, its scripts counted: a rate, which no event
-        # shows.
-        time.sleep(1.0)
-        calls = self.evals() - before
-        self.assertLess(calls, 50, "%d scripts run in 1 s" % calls)
+        # A window of time, its scripts counted all along: a rate.
+        holds_for(lambda: self.evals() - before < 50, 1.0,
+                  "fewer than 50 scripts run in 1 s")
         answer = next_line(w, 5.0 * LATE)
         self.assertTrue(answer is not None and
                         (answer in ("TIMEOUT", "DONE") or
