@@ -10,7 +10,7 @@ import struct
 import threading
 import time
 
-from lbtest import LATE, SLOW, BrokerTest, main, wait_for
+from lbtest import LATE, SLOW, BrokerTest, main, wait_for, wait_until
 
 ADMIN = "adm1n-secret"
 OK_RE = r"^OK (\d+) (\d+) (\S+)$"
@@ -121,6 +121,7 @@ class Acceptance(ModesBase):
                     state["n"] += 1
                     state["max"] = max(state["max"], state["n"])
                     fences.append(fence_of(reply))
+                # The hold itself: a holder's work, not a wait.
                 time.sleep(r.uniform(0.05, 0.1))
                 with lock:
                     state["n"] -= 1
@@ -156,7 +157,9 @@ class Acceptance(ModesBase):
 
         def reader(i, c):
             try:
-                time.sleep(i * 0.055)  # staggered: a new reader each ~55 ms
+                # Staggered, a new reader each ~55 ms: the stream's shape
+                # is the test's (holds that overlap without a gap).
+                time.sleep(i * 0.055)
                 while not stop.is_set():
                     reply = c.cmd("ACQUIRE rw SHARED TTL 500 WAIT %d"
                                   % (10000 * SLOW))
@@ -164,6 +167,7 @@ class Acceptance(ModesBase):
                         errors.append("reader %d: %s" % (i, reply))
                         return
                     start = time.monotonic()
+                    # The hold itself: a reader's work, not a wait.
                     time.sleep(0.3)
                     end = time.monotonic()
                     with lock:
@@ -203,7 +207,10 @@ class Acceptance(ModesBase):
             self.assertEqual(len(who), 1, who)
             self.assertEqual(who[0].split()[1:4:2],
                              [str(fence_of(reply)), "EXCLUSIVE"])
-            time.sleep(0.2)
+            # Held until every reader has asked again and been made to
+            # wait.
+            wait_until(lambda: waiters(self.broker) + waiters(other) ==
+                       len(clients), what="every reader waiting")
             w_end = time.monotonic()
             self.assertEqual(w.cmd("RELEASE rw"), "OK")
             # Readers come back after the writer.
@@ -359,7 +366,7 @@ class Shared(ModesBase):
         w = self.client()
         w.send("ACQUIRE wq WAIT %d" % (5000 * SLOW))
         wait_for(lambda: waiters(self.broker) == 1)
-        time.sleep(0.1)  # its first try is done: refused, marker left
+        self.wait_queued("wq")  # its first try is done: refused, marker left
         # A new reader, here or on the other broker, does not jump it.
         for b in (self.broker, other):
             r = self.client(b)
@@ -761,7 +768,7 @@ class Review(ModesBase):
         w1.send("ACQUIRE ww WAIT %d" % (10000 * SLOW))
         w2.send("ACQUIRE ww WAIT %d" % (10000 * SLOW))
         wait_for(lambda: waiters(self.broker) == 1 and waiters(other) == 1)
-        time.sleep(0.1)  # both refused by the readers: both marked
+        self.wait_queued("ww", 2)  # both refused by the readers: both marked
         self.assertEqual(r1.cmd("RELEASE ww"), "OK")
         self.assertEqual(r2.cmd("RELEASE ww"), "OK")
         got = poll_lines([w1, w2], 2.0 * SLOW, want=1)
@@ -773,7 +780,10 @@ class Review(ModesBase):
         # at once, while the second writer hears of it over pub/sub.
         reader = self.client(None if first is w1 else other)
         reader.send("ACQUIRE ww SHARED WAIT %d" % (10000 * SLOW))
-        time.sleep(1.5)  # the second writer tries again meanwhile
+        self.wait_queued("ww", 2)  # the second writer's and the reader's
+        # The second writer tries again meanwhile, on its retry timer,
+        # which nothing announces: the time passing is the test's.
+        time.sleep(1.5)
         self.assertEqual(first.cmd("RELEASE ww"), "OK")
         got = poll_lines([second, reader], 2.0 * SLOW, want=1)
         self.assertIn(0, got, "the reader got in before the waiting writer")
@@ -799,7 +809,7 @@ class Review(ModesBase):
             c.send("ACQUIRE lq LIMIT 1 WAIT %d" % (10000 * SLOW))
             n = sum(1 for w in ws if w[0] is b) + 1
             wait_for(lambda: waiters(b) == n)
-            time.sleep(0.05)  # its try took its place in Redis
+            self.wait_queued("lq", i + 1)  # its try took its place in Redis
             ws.append((b, c))
         self.assertEqual(h.cmd("RELEASE lq"), "OK")
         for i, (_, c) in enumerate(ws):
@@ -819,11 +829,11 @@ class Review(ModesBase):
         r = self.client(other)
         r.send("ACQUIRE rw1 SHARED WAIT %d" % (10000 * SLOW))
         wait_for(lambda: waiters(other) == 1)
-        time.sleep(0.05)
+        self.wait_queued("rw1")
         w = self.client()
         w.send("ACQUIRE rw1 WAIT %d" % (10000 * SLOW))
         wait_for(lambda: waiters(self.broker) == 1)
-        time.sleep(0.05)
+        self.wait_queued("rw1", 2)
         self.assertEqual(h.cmd("RELEASE rw1"), "OK")
         got = poll_lines([r, w], 3.0 * SLOW, want=1)
         self.assertEqual(list(got), [0], got)
