@@ -11,7 +11,8 @@ import signal
 import sys
 import time
 
-from lbtest import LATE, SLOW, Broker, BrokerTest, Redis, main, wait_for
+from lbtest import (LATE, SLOW, Broker, BrokerTest, Redis, main, wait_for,
+                    wait_until)
 
 TRUST_MS = 600
 CONF = {"redis": {"trust_ms": TRUST_MS}}
@@ -28,22 +29,26 @@ def locks_of(c):
             if l.startswith("LOCK ")]
 
 
+def refused_until_grace_ends(c, name):
+    """ACQUIRE name WAIT 0 is never OK while the grace period runs;
+    returns its answer once that is no longer ERR UNAVAILABLE, and the
+    refusals before it."""
+    seen = []
+
+    def answered():
+        r = c.cmd("ACQUIRE %s WAIT 0" % name)
+        assert not r.startswith("OK "), (r, seen)
+        if r.startswith("ERR UNAVAILABLE"):
+            seen.append(r)
+            return None
+        return r
+    r = wait_until(answered, GRACE_S + 5, "an answer past the grace period",
+                   step=0.02)
+    return r, seen
+
+
 class Forget(BrokerTest):
     conf = CONF
-
-    def refused_until_grace_ends(self, c, name):
-        """ACQUIRE name WAIT 0 is never OK while the grace period runs;
-        returns its answer once that is no longer ERR UNAVAILABLE."""
-        end = time.monotonic() + GRACE_S + 5
-        seen = []
-        while time.monotonic() < end:
-            r = c.cmd("ACQUIRE %s WAIT 0" % name)
-            self.assertFalse(r.startswith("OK "), (r, seen))
-            if not r.startswith("ERR UNAVAILABLE"):
-                return r, seen
-            seen.append(r)
-            time.sleep(0.02)
-        self.fail("still refused after the grace period: %r" % seen[-3:])
 
     def test_fence_is_redis_clock_in_microseconds(self):
         a = self.client()
@@ -59,7 +64,7 @@ class Forget(BrokerTest):
         fa = fence_of(a.cmd("ACQUIRE fx TTL 30000"))
         fs = fence_of(s.cmd("ACQUIRE fs"))          # a session lock
         self.assertEqual(self.redis("FLUSHALL"), "OK")
-        r, seen = self.refused_until_grace_ends(b, "fx")
+        r, seen = refused_until_grace_ends(b, "fx")
         self.assertEqual(r, "TIMEOUT")              # a has it back
         self.assertTrue(seen, "no grace period was seen")
         self.assertIn("grace period", seen[-1])
@@ -87,7 +92,7 @@ class Forget(BrokerTest):
         queued = lambda: self.redis("ZCARD", "lockbroker:{fq}:queue")
         wait_for(lambda: queued() == 2)
         self.assertEqual(self.redis("FLUSHALL"), "OK")
-        r, _ = self.refused_until_grace_ends(probe, "fq")
+        r, _ = refused_until_grace_ends(probe, "fq")
         self.assertEqual(r, "TIMEOUT")              # h has it back
         wait_for(lambda: queued() == 2)  # w1 and w2 queued again
         w3.send("ACQUIRE fq WAIT 30000")
@@ -119,7 +124,7 @@ class Forget(BrokerTest):
         self.redis.kill()
         self.redis.start()       # same port, empty, another run_id
         wait_for(lambda: self.broker.info()["redis_up"] == "1", 10)
-        r, _ = self.refused_until_grace_ends(b, "rx")
+        r, _ = refused_until_grace_ends(b, "rx")
         self.assertEqual(r, "TIMEOUT")
         self.assertEqual(locks_of(a), ["rx"])
         self.assertGreater(fence_of(b.cmd("ACQUIRE rnew")), fa)
@@ -139,10 +144,10 @@ class Forget(BrokerTest):
         self.redis.kill()
         self.redis.start()   # loads the snapshot: tok1 holds ox there
         # b's grant is put back over that leftover; tok1 is refused.
-        r = a.cmd("ACQUIRE ox TTL 60000 TOKEN tok1 WAIT 0")
-        while r.startswith("ERR UNAVAILABLE"):
-            time.sleep(0.05)
-            r = a.cmd("ACQUIRE ox TTL 60000 TOKEN tok1 WAIT 0")
+        r = wait_until(
+            lambda: (lambda r: None if r.startswith("ERR UNAVAILABLE")
+                     else r)(a.cmd("ACQUIRE ox TTL 60000 TOKEN tok1 WAIT 0")),
+            GRACE_S + 5, "tok1 answered past ERR UNAVAILABLE")
         self.assertEqual(r, "TIMEOUT")
         self.assertEqual(locks_of(b), ["ox"])
         self.assertEqual(a.cmd("VALIDATE ox %d" % f1), "OK STALE")
@@ -160,7 +165,7 @@ class Forget(BrokerTest):
         b = self.client(other)
         fa = fence_of(a.cmd("ACQUIRE tb TTL 30000"))
         self.assertEqual(self.redis("FLUSHALL"), "OK")
-        r, _ = self.refused_until_grace_ends(b, "tb")
+        r, _ = refused_until_grace_ends(b, "tb")
         self.assertEqual(r, "TIMEOUT")
         self.assertEqual(locks_of(a), ["tb"])
         self.assertGreater(fence_of(b.cmd("ACQUIRE tb2")), fa)
@@ -262,14 +267,7 @@ class BackAndForth(BrokerTest):
         # The first Redis never saw h's grant: b0 grants nobody x until
         # b1 has put it back there.
         g = self.client(b0)
-        end = time.monotonic() + GRACE_S + 5 * SLOW
-        while True:
-            r = g.cmd("ACQUIRE x WAIT 0")
-            self.assertFalse(r.startswith("OK "), r)
-            if not r.startswith("ERR UNAVAILABLE"):
-                break
-            self.assertLess(time.monotonic(), end, r)
-            time.sleep(0.02)
+        r, _ = refused_until_grace_ends(g, "x")
         self.assertEqual(r, "TIMEOUT")
         self.assertEqual(locks_of(h), ["x"])
         self.assertNotIn("EVENT", h.buf.decode())

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 
-from lbtest import BrokerTest, main, wait_for
+from lbtest import BrokerTest, main, tcp_unread, wait_for, wait_until
 
 MIB = 1024 * 1024
 
@@ -104,7 +104,8 @@ class Hostile(BrokerTest):
             s = socket.create_connection(("127.0.0.1", self.broker.port))
             s.sendall(b"ACQUIRE half%d TT" % i)
             socks.append(s)
-        time.sleep(0.5)
+        # All of them taken in (the good client and INFO's too).
+        self.broker.wait_info("clients", 502)
         self.still_fine()
         for s in socks:
             s.close()
@@ -118,7 +119,12 @@ class Hostile(BrokerTest):
                                for i in range(10000)))
         except OSError:
             pass
-        time.sleep(1.0)
+        # Dealt with: dropped (ERR LIMIT), or its answers pile up unread
+        # at its end.
+        me = s.getsockname()[1]
+        wait_until(lambda: self.broker.info()["clients"] == "2" or
+                   tcp_unread(me, self.broker.port) > 0,
+                   what="the hostile client dropped or its answers unread")
         self.still_fine()
         s.close()
         wait_for(lambda: self.broker.info()["locks_held"] == "1", 10)

@@ -108,6 +108,7 @@ class Metrics(BrokerTest):
                          ["lockbroker_oldest_hold_seconds"], 0)
         a, b = self.client(), self.client()
         self.assertRegex(a.cmd("ACQUIRE old"), r"^OK ")
+        # The age under test: a hold has one only as time passes.
         time.sleep(0.3)
         self.assertRegex(b.cmd("ACQUIRE new"), r"^OK ")
         age = parse(self.get("/metrics")[1])[0][
@@ -196,7 +197,8 @@ class Metrics(BrokerTest):
         beats of noeviction's return."""
         b = self.start_broker({"redis": {"trust_ms": 400}}, name="quiet")
         c = self.client(b)
-        time.sleep(1.0)   # quiet by now (no event shows it): 10 beats
+        # Quiet by now, 10 beats on: no event shows a broker gone quiet.
+        time.sleep(1.0)
         self.redis("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
         def refused():
             r = c.cmd("ACQUIRE q WAIT 0")
@@ -205,7 +207,8 @@ class Metrics(BrokerTest):
             return r.startswith("ERR UNAVAILABLE Redis maxmemory-policy")
         try:
             wait_for(refused, 5)
-            # Nothing held, nobody waits: quiet again, the case fixed.
+            # Nothing held, nobody waits: quiet again (no event shows it),
+            # the case fixed.
             time.sleep(1.0)
         finally:
             self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")

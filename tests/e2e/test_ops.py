@@ -4,9 +4,10 @@ import os
 import shutil
 import unittest
 import signal
+import subprocess
 import time
 
-from lbtest import STEP, BrokerTest, main, wait_for
+from lbtest import STEP, BrokerTest, main, wait_for, wait_until
 
 
 class Stop(BrokerTest):
@@ -57,7 +58,10 @@ class Stop(BrokerTest):
                 p.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 break
-            time.sleep(0.0002)
+            try:
+                p.wait(0.0002)  # its exit, or the next SIGTERM
+            except subprocess.TimeoutExpired:
+                pass
         self.assertEqual(p.wait(), 0)
         self.assertIn("stopped", self.broker.logtext())
 
@@ -84,7 +88,10 @@ class Reload(BrokerTest):
         c = self.client()
         c.cmd("PING")
         c.close()
-        time.sleep(0.1)
+        # Two round trips on b after c's end of input was sent: the
+        # broker's loop has turned past it (a debug line would be there).
+        for _ in range(2):
+            self.assertEqual(b.cmd("PING"), "PONG")
         self.assertNotIn("debug:", self.broker.logtext()[mark:])
 
     def test_reload_shorter_lease_keeps_session_locks(self):
@@ -93,7 +100,12 @@ class Reload(BrokerTest):
         self.broker.reload({"locks": {"lease_ms": 300}})
         # The renewal due at a third of the old lease (3.3 s) uses the new
         # lease, and every third of it from then on.
-        time.sleep(4.0)
+        key = "lockbroker:{lease}"
+        wait_until(lambda: self.redis("PTTL", key) <= 300 + STEP, 10,
+                   "a renewal with the new lease")
+        renewed = int(self.broker.info()["renewals_total"])
+        wait_until(lambda: int(self.broker.info()["renewals_total"]) >=
+                   renewed + 2, 5, "two more renewals")
         self.assertEqual(a.cmd("VALIDATE lease " + fence), "OK VALID")
         self.assertLessEqual(self.redis("PTTL", "lockbroker:{lease}"),
                              300 + STEP)

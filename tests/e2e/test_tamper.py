@@ -227,7 +227,8 @@ class Tamper(BrokerTest):
         evicted = int(re.search(r"evicted_keys:(\d+)",
                                 self.redis("INFO", "stats")).group(1))
         self.assertLess(left, len(names), "no lock was evicted")
-        # Past the grace period a new incarnation would have.
+        # Past the grace period a new incarnation would have: time that
+        # must pass, for a grace period that no event shows (none began).
         time.sleep((TRUST * 1.02 + 1000 + 2 * TRUST) / 1000.0 * LATE)
         o = self.client(self.other)
         granted = set()
