@@ -75,7 +75,8 @@ class ClockStep(RedisClock):
         fence_of(b.cmd("ACQUIRE y TTL 60000"))
         # A beat answered before the step, so that the broker knows
         # Redis's clock from before it: beats come every trust_ms / 4
-        # (250 ms) and no reply tells a client when one was answered.
+        # (250 ms) and no reply tells a client when one was answered, so
+        # a beat period passes.
         time.sleep(0.3)
         self.redis.set_clock(25000)
         start = time.monotonic()

@@ -230,7 +230,9 @@ class Timeouts(BrokerTest):
             self.assertEqual(c.cmd("AUTH sesame-sesame"), "OK")
         self.assertRegex(a.cmd("ACQUIRE it"), r"^OK ")
         w.send("ACQUIRE it WAIT 3000")
-        for _ in range(4):  # a keeps itself alive with PING
+        for _ in range(4):
+            # a keeps itself alive with PING through 2 s, past the idle
+            # timeout: the time passing is the test's.
             time.sleep(0.5)
             self.assertEqual(a.cmd("PING"), "PONG")
         self.assertEqual(idle.line(), "ERR LIMIT idle for 1 s")

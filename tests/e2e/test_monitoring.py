@@ -264,7 +264,7 @@ class Monitoring(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE mon"), r"^OK ")
         self.assertEqual(b.cmd("ACQUIRE mon WAIT 20"), "TIMEOUT")
         b.send("ACQUIRE mon")
-        time.sleep(0.05)
+        self.broker.wait_info("waiters", 1)
         self.assertEqual(a.cmd("RELEASE mon"), "OK")
         self.assertRegex(b.line(), r"^OK ")
         self.assertRegex(a.cmd("ACQUIRE brief TTL 200"), r"^OK ")

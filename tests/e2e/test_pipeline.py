@@ -4,7 +4,7 @@ import re
 import signal
 import time
 
-from lbtest import LATE, BrokerTest, main, wait_for
+from lbtest import LATE, BrokerTest, main, tcp_unread, wait_for, wait_until
 
 
 class Pipeline(BrokerTest):
@@ -58,7 +58,10 @@ class Pipeline(BrokerTest):
         try:
             for c, line in zip(clients, lines):
                 c.send(line + "\n")
-            time.sleep(0.05 * LATE)
+            for c in clients:
+                port = c.sock.getsockname()[1]
+                wait_until(lambda: tcp_unread(self.broker.port, port) > 0,
+                           what="a line in the stopped broker's socket")
         finally:
             self.broker.proc.send_signal(signal.SIGCONT)
 

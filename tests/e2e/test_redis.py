@@ -3,7 +3,7 @@
 import threading
 import time
 
-from lbtest import BrokerTest, main, wait_for
+from lbtest import BrokerTest, main, wait_for, wait_until
 
 
 class Scripts(BrokerTest):
@@ -29,8 +29,10 @@ class Scripts(BrokerTest):
                    for i in range(4)]
         for t in threads:
             t.start()
-        for _ in range(20):
-            time.sleep(0.05)
+        for _ in range(20):  # a flush after every few requests
+            n = count[0]
+            wait_until(lambda: count[0] >= n + 5 or errors, 10,
+                       "5 more requests")
             self.assertEqual(self.redis("SCRIPT", "FLUSH"), "OK")
         stop.set()
         for t in threads:
