@@ -20,7 +20,13 @@
 #include "lock.h"
 #include "lockdb.h"
 #include "lock_hold.h"
+#include "lock_check.h"
+#include "lock_grant.h"
+#include "lock_handover.h"
+#include "lock_news.h"
 #include "lock_queue.h"
+#include "lock_trust.h"
+#include "lock_try.h"
 #include "lock_release.h"
 #include "lock_req.h"
 #include "log.h"
@@ -44,7 +50,7 @@ lock_released(const char *name, const struct lockdb_reply *r, uint64_t sent_ms)
 	if (r->fence != 0) {
 		STAT_INC(handovers_total);
 		if (r->ticket != 0)
-			lockq_handed(
+			lockhand_handed(
 			    name, r->ticket, r->fence, r->token, sent_ms, 0);
 	} else if ((ln = lockname_find(name)) != NULL)
 		lockq_kick(ln);
@@ -180,15 +186,15 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 		return;
 	}
 	lockreq_landed(req);
-	if (r->status == LDB_OK && lockq_grant_late(req, r->fence)) {
+	if (r->status == LDB_OK && lockgrant_late(req, r->fence)) {
 		/* The token's holds here assumed this lease when it was
 		 * sent: they end now, and the last of them releases it. */
 		lockreq_answer_err(req, PERR_UNAVAILABLE,
 		    "the grant came after its lease ended; Redis is slow");
 	} else if (r->status == LDB_OK)
-		lockq_granted(req, r->fence);
+		lockgrant_granted(req, r->fence);
 	else if (r->status == LDB_CONFLICT)
-		lockq_conflict(req, r);
+		lockgrant_conflict(req, r);
 	else if (r->status == LDB_NO || r->status == LDB_DONE) {
 		/* Someone else holds it now: our holds under it are stale. */
 		lockhold_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
@@ -246,7 +252,7 @@ lock_acquire(struct lock_owner *o, const char *name,
 		lockdb_acquire(name, &ask, lock_regrant_cb, req);
 		return 0;
 	}
-	lockq_enqueue(req);
+	locktry_wait(req);
 	return 0;
 }
 
@@ -617,7 +623,7 @@ lock_owner_eof(struct lock_owner *o)
 	    !lockreq_in_flight(req) && !req->ln->attempting &&
 	    TAILQ_FIRST(&req->ln->waiters) == req) {
 		lockreq_try_once(req);
-		lockq_try_now(req);
+		locktry_now(req);
 		return true;
 	}
 	/* A try-once waits for nobody: it is answered once its try is made
@@ -653,13 +659,16 @@ lock_init(struct event_base *base, const struct config *config)
 	cf = config;
 	lockreq_init(base);
 	lockrel_init(base, cf, lock_released);
-	lockhold_init(base, cf, lockq_kick, lockq_forgot);
+	lockhold_init(base, cf, lockq_kick, lockcheck_hold, lockcheck_granted);
+	lockcheck_init(base, cf);
+	locktrust_init(base, cf, lockhand_forgot);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
 	    (uint64_t)cf->redis.command_timeout_ms, config_mark_ms(cf),
 	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf),
 	    (uint64_t)cf->redis.clock_step_ms);
 	lockdb_allow_eviction(cf->redis.allow_eviction);
-	lockq_init(base, cf);
+	locktry_init(base, cf);
+	locknews_init();
 }
 
 /* A graceful stop: every waiter here is told ERR SHUTDOWN. */
@@ -674,6 +683,7 @@ void
 lock_shutdown(void)
 {
 	lockrel_shutdown();
-	lockhold_shutdown();
+	locktrust_shutdown();
+	lockcheck_shutdown();
 	lockreq_shutdown();
 }

@@ -2,29 +2,10 @@
  * lock_hold: what this broker's clients hold: a hold per granted lock, its
  * validity on the monotonic clock (docs/protocol.md §3), session leases
  * renewed every lease/3, max_hold_ms, and EVENT LOST the moment a hold can
- * no longer be trusted. A lost hold lets the name's queue try, through the
- * callback given to lockhold_init.
- *
- * Trust in Redis itself (docs/protocol.md §8, When Redis forgets): every
- * redis.trust_ms / 4 the broker asks which incarnation of the lock data
- * Redis serves. An answer naming the one known vouches for every hold
- * until trust_ms after it was asked; with none for trust_ms every hold is
- * lost (a failover or a FLUSHALL may have come meanwhile, and the grace
- * period after it ends trust_ms after it is noticed). An answer naming a
- * new incarnation makes every hold stale: each is asked for again and put
- * back if Redis forgot it (check.lua, in the grace period); those not
- * back when the old incarnation's last answer stops vouching are lost.
- *
- * The incarnation vouches for what Redis still has, not that it has each
- * hold: a key deleted or evicted is gone in the same incarnation. So each
- * hold is also confirmed in Redis at least once every trust_ms (a
- * renewal counts; the others are checked with the beat, a loop turn's
- * checks in one batch), lost if Redis no longer has it, and trusted no
- * longer than what Redis says is left of its lease. That also catches
- * Redis's wall clock stepped forward, which ends keys early: each beat's
- * answer carries Redis's time, and when it ran ahead of ours by more than
- * the drift allows and half of redis.clock_step_ms (the margin every
- * lease has in Redis), every hold is confirmed again at once.
+ * no longer be trusted. A lost hold lets the name's queue try, and a hold
+ * is checked in Redis (lock_check), through the functions given to
+ * lockhold_init. It owns every field of struct lock_hold but checking
+ * and stale (lock_check's), and struct lock_owner's holds and nholds.
  */
 #include <sys/queue.h>
 
@@ -51,21 +32,12 @@ static struct {
 	struct event_base *base;
 	const struct config *cf;
 	lockhold_kick_fn *kick;
-	lockhold_forgot_fn *forgot;
-	uint64_t lease_seq;	/* requests that may set a lease, numbered */
-	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
-	struct event *trust_ev; /* trust_ms after the last vouching answer */
-	struct event *stale_ev; /* stale holds not back by then are lost */
-	uint64_t vouched_ms;	/* when the last vouching answer was asked */
-	uint64_t changed_ms;	/* when a new incarnation was last learned */
-	/* Redis's clock against ours: the most its offset (Redis's time less
-	 * our monotonic time) was at the last beat's answer, when that beat
-	 * was sent, and how far it ran ahead since the last re-check. */
-	bool clock_known;
-	int64_t clock_hi;
-	uint64_t clock_sent_ms;
-	uint64_t clock_ahead_ms;
+	lockhold_check_fn *check;     /* lock_check's check of a hold */
+	lockhold_granted_fn *granted; /* lock_check's look at a new grant */
+	uint64_t lease_seq; /* requests that may set a lease, numbered */
 } hold;
+
+static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
 
 static const char *const lockhold_lost_reasons[] = { "expired", "stolen",
 	"unavailable", "maxhold", "revoked" };
@@ -235,7 +207,7 @@ lockhold_token_busy(struct lock_name *ln, const char *token,
  * the local queue try. A lease we gave up on is released in Redis too (it is
  * still ours there until it runs out); a stolen one is not ours to touch.
  */
-static void
+void
 lockhold_lost(struct lock_hold *h, enum lock_lost why)
 {
 	struct lock_owner *o = h->owner;
@@ -300,9 +272,6 @@ lockhold_maxhold_cb(evutil_socket_t fd, short what, void *arg)
 	lockhold_lost(arg, LOST_MAXHOLD);
 }
 
-static void lockhold_check_hold(struct lock_hold *h);
-static void lockhold_renew_cb(const struct lockdb_reply *r, void *arg);
-
 /* A request sent at sent_ms found h held in Redis. */
 static void
 lockhold_confirmed(struct lock_hold *h, uint64_t sent_ms)
@@ -317,7 +286,7 @@ lockhold_confirmed(struct lock_hold *h, uint64_t sent_ms)
  * been stepped forward since the lease was set, ending it earlier than
  * the broker counted.
  */
-static void
+void
 lockhold_left(struct lock_hold *h, uint64_t sent_ms, uint64_t left_ms)
 {
 	uint64_t end;
@@ -331,6 +300,7 @@ lockhold_left(struct lock_hold *h, uint64_t sent_ms, uint64_t left_ms)
 		lockhold_arm(h);
 	}
 }
+
 static void lockhold_renewed(
     struct lock_req *req, const struct lockdb_reply *r);
 
@@ -432,7 +402,7 @@ lockhold_renewed(struct lock_req *req, const struct lockdb_reply *r)
 			/* Not held as it was: check says whether its key
 			 * was only deleted by hand (and puts it back) or
 			 * the grant is gone (stolen, revoked). */
-			lockhold_check_hold(h);
+			hold.check(h);
 		} else {
 			/* Try again at the next tick; expiry decides (a stale
 			 * hold's check decides whether it is put back). */
@@ -513,13 +483,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		event_free(h->renew_ev);
 		h->renew_ev = NULL;
 	}
-	/* Granted by the incarnation before the one learned since. */
-	if (req->start_ms < hold.changed_ms && !h->stale) {
-		h->stale = true;
-		lockhold_check_hold(h);
-		if (!evtimer_pending(hold.stale_ev, NULL))
-			lockreq_timer(hold.stale_ev, 0);
-	}
+	hold.granted(h, req->start_ms);
 	return h;
 }
 
@@ -540,108 +504,6 @@ lockhold_drop_token(struct lock_name *ln, const char *token,
 		else
 			lockhold_lost(h, why);
 	}
-}
-
-static void lockhold_check_send(struct lock_req *req);
-
-static void
-lockhold_check_retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-	lockhold_check_send(arg);
-}
-
-/*
- * A check not answered is asked again until Redis says: a REVOKE missed
- * while the subscriber was away (or a Redis that lost the lock) must not
- * go untold because Redis was away too when the broker first asked. The
- * command connection usually comes back with the subscriber, within
- * milliseconds: ask again after retry_min_ms, doubling up to
- * command_timeout_ms.
- */
-static void
-lockhold_check_cb(const struct lockdb_reply *r, void *arg)
-{
-	struct lock_req *req = arg;
-	struct lock_hold *h = req->hold;
-
-	lockreq_landed(req);
-	if (h != NULL &&
-	    (r->status == LDB_UNAVAILABLE || r->status == LDB_INTERNAL)) {
-		lockreq_deadline(req, lockhold_check_retry_cb,
-		    lockreq_backoff(req, (uint64_t)hold.cf->locks.retry_min_ms,
-			(uint64_t)hold.cf->redis.command_timeout_ms));
-		return;
-	}
-	if (h != NULL && r->status == LDB_OK && req->again) {
-		lockhold_check_send(req); /* missed more since it asked */
-		return;
-	}
-	if (h != NULL) {
-		h->checking = NULL;
-		if (r->status == LDB_OK)
-			lockhold_left(h, req->start_ms, r->pttl);
-		if (r->status == LDB_OK && req->start_ms >= hold.changed_ms)
-			h->stale = false; /* held (or put back) in this one */
-		else if (r->status == LDB_OK && h->stale)
-			lockhold_check_hold(h); /* asked of the one before */
-		else if (r->status == LDB_NO)
-			lockhold_lost(h,
-			    h->fence <= r->fence ? LOST_REVOKED
-				: h->stale	 ? LOST_UNAVAILABLE
-						 : LOST_STOLEN);
-	}
-	lockreq_free(req);
-}
-
-/* An exclusive hold says how it was granted, so that Redis can put it
- * back: a stale one for what is left of its validity, any one whose lock
- * key alone went for the lease its fence counter remembers. */
-static void
-lockhold_check_send(struct lock_req *req)
-{
-	struct lock_hold *h = req->hold;
-	uint64_t now = mono_ms();
-	char info[LOCKREQ_INFO];
-	bool excl = h->mode == LOCK_EXCLUSIVE || h->mode == LOCK_FILL;
-	bool restore = excl && h->stale && h->valid_until_ms > now;
-
-	lockreq_send_at(req, now, req->sub_epoch);
-	STAT_INC(confirms_total);
-	if (excl)
-		lockreq_hold_info(h, info, sizeof info);
-	lockdb_check(h->ln->name, h->token, h->fence,
-	    restore ? h->valid_until_ms - now : 0, excl ? info : NULL,
-	    lockhold_check_cb, req);
-}
-
-/*
- * Messages on the release channel were missed (the subscriber was away),
- * among them perhaps a REVOKE of a hold here, or a release of it through
- * another broker, that nothing else would tell of before its lease ends
- * (a fixed or kept lock is never renewed).
- */
-static void
-lockhold_check_hold(struct lock_hold *h)
-{
-	struct lock_req *req;
-
-	if ((req = h->checking) != NULL) {
-		lockreq_ask_again(req); /* if in Redis; else it asks anew */
-		return;
-	}
-	req = lockreq_new(OP_CHECK, NULL, h->ln->name, h->token);
-	lockreq_for_hold(req, h, false);
-	h->checking = req;
-	lockhold_check_send(req);
-}
-
-void
-lockhold_recheck(struct lock_name *ln)
-{
-	struct lock_hold *h;
-
-	LIST_FOREACH (h, &ln->holds, name_entry)
-		lockhold_check_hold(h);
 }
 
 /* Another broker released the grant with this fence, or shortened its
@@ -688,198 +550,16 @@ lockhold_revoked(struct lock_name *ln, uint64_t fence)
 	}
 }
 
-/* Lose ln's holds (all, or the stale ones): nothing vouches for them. */
-static void
-lockhold_lose_name(struct lock_name *ln, void *arg)
-{
-	const bool *only_stale = arg;
-	struct lock_hold *h, *next;
-
-	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
-		next = LIST_NEXT(h, name_entry);
-		if (!*only_stale || h->stale)
-			lockhold_lost(h, LOST_UNAVAILABLE);
-	}
-}
-
-static void
-lockhold_trust_cb(evutil_socket_t fd, short what, void *arg)
-{
-	bool only_stale = false;
-
-	if (stats[STAT_locks_held] > 0)
-		log_warnx(
-		    "redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
-		    hold.cf->redis.trust_ms);
-	lockname_foreach(lockhold_lose_name, &only_stale);
-}
-
-static void
-lockhold_stale_cb(evutil_socket_t fd, short what, void *arg)
-{
-	bool only_stale = true;
-
-	lockname_foreach(lockhold_lose_name, &only_stale);
-}
-
-/* ln's holds not confirmed for half of trust_ms and not being checked
- * are checked now: with a beat every quarter of it, each is then
- * confirmed within trust_ms. A session hold is given three quarters: its
- * renewal, every lease/3 (3.3 s by default, trust_ms 5 s), confirms it
- * first. With arg, every hold, one being checked asked again once
- * answered (an answer from before now says too little). */
-static void
-lockhold_confirm_name(struct lock_name *ln, void *arg)
-{
-	uint64_t now = mono_ms(), trust = (uint64_t)hold.cf->redis.trust_ms;
-	const bool *all = arg;
-	struct lock_hold *h;
-
-	LIST_FOREACH (h, &ln->holds, name_entry) {
-		uint64_t due =
-		    h->kind == LOCK_SESSION ? trust * 3 / 4 : trust / 2;
-
-		if (*all ||
-		    (h->checking == NULL && h->confirmed_ms + due <= now))
-			lockhold_check_hold(h);
-	}
-}
-
-/*
- * The beat. A broker that holds nothing and has nobody waiting has nothing
- * to vouch for, and asks nothing: a fleet of idle sidecars costs Redis
- * only their connections (TCP keepalive finds a dead one), and its next
- * request is sent after a beat (lockdb_quiet). Not while it refuses grants
- * for Redis's maxmemory-policy, nor before Redis first answered which
- * incarnation it serves: it must see either change, and no request of its
- * own will show it.
- */
-static void
-lockhold_beat_cb(evutil_socket_t fd, short what, void *arg)
-{
-	bool all = false;
-	/* One that refuses grants for Redis's policy keeps reading it; one
-	 * that has not heard the incarnation since it connected (its first
-	 * ask refused, say NOREPLICAS) keeps asking. */
-	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0 &&
-	    lockdb_refusal() == NULL && lockdb_up();
-
-	lockdb_quiet(quiet);
-	if (quiet)
-		return;
-	lockdb_incarnation();
-	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
-	    chaos_fault != CHAOS_NO_CONFIRM)
-		lockname_foreach(lockhold_confirm_name, &all);
-}
-
-/*
- * Redis's time, read at a beat sent at inc->sent_ms and answered now,
- * against our monotonic clock: Redis's offset from ours was between lo
- * and hi then. From the last answer's most to this one's least it may
- * grow by the drift alone; what it grew beyond is a forward step of
- * Redis's wall clock (never less than the step was). Steps add up: past
- * half of redis.clock_step_ms, the margin each lease has in Redis, every
- * hold is confirmed again, and trusts no more than Redis says is left.
- */
-static void
-lockhold_clock(const struct lockdb_inc *inc, uint64_t now)
-{
-	int64_t lo = (int64_t)inc->redis_ms - (int64_t)now;
-	int64_t hi = (int64_t)inc->redis_ms - (int64_t)inc->sent_ms;
-	bool all = true;
-
-	if (inc->redis_ms == 0)
-		return; /* not said */
-	if (hold.clock_known) {
-		double allow = hold.cf->locks.clock_drift *
-		    (double)(now - hold.clock_sent_ms);
-		int64_t ahead = lo - hold.clock_hi - (int64_t)allow - 1;
-
-		if (ahead > 0)
-			hold.clock_ahead_ms += (uint64_t)ahead;
-	}
-	hold.clock_known = true;
-	hold.clock_hi = hi;
-	hold.clock_sent_ms = inc->sent_ms;
-	if (hold.clock_ahead_ms * 2 <= (uint64_t)hold.cf->redis.clock_step_ms)
-		return;
-	if (stats[STAT_locks_held] > 0)
-		log_warnx(
-		    "redis: its clock ran %" PRIu64
-		    " ms ahead of this broker's: every hold here is confirmed again (redis.clock_step_ms)",
-		    hold.clock_ahead_ms);
-	hold.clock_ahead_ms = 0;
-	STAT_INC(redis_clock_steps_total);
-	if (chaos_fault != CHAOS_NO_CONFIRM)
-		lockname_foreach(lockhold_confirm_name, &all);
-}
-
-/* A new incarnation: every hold here asks to be put back. */
-static void
-lockhold_stale_name(struct lock_name *ln, void *arg)
-{
-	struct lock_hold *h;
-
-	LIST_FOREACH (h, &ln->holds, name_entry) {
-		h->stale = true;
-		lockhold_check_hold(h);
-	}
-}
-
-static void
-lockhold_incarnation_cb(const struct lockdb_inc *inc)
-{
-	uint64_t trust = (uint64_t)hold.cf->redis.trust_ms, now = mono_ms();
-
-	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
-		hold.changed_ms = now;
-		lockreq_timer(hold.stale_ev,
-		    hold.vouched_ms + trust > now
-			? hold.vouched_ms + trust - now
-			: 0);
-		lockname_foreach(lockhold_stale_name, NULL);
-	}
-	if (inc->changed && !inc->first)
-		hold.forgot();
-	lockhold_clock(inc, now);
-	if (inc->sent_ms > hold.vouched_ms)
-		hold.vouched_ms = inc->sent_ms;
-	lockreq_timer(hold.trust_ev,
-	    hold.vouched_ms + trust > now ? hold.vouched_ms + trust - now : 0);
-}
-
 void
 lockhold_init(struct event_base *base, const struct config *cf,
-    lockhold_kick_fn *kick, lockhold_forgot_fn *forgot)
+    lockhold_kick_fn *kick, lockhold_check_fn *check,
+    lockhold_granted_fn *granted)
 {
-	struct timeval beat;
-
 	hold.base = base;
 	hold.cf = cf;
 	hold.kick = kick;
-	hold.forgot = forgot;
-	hold.vouched_ms = hold.changed_ms = 0;
-	hold.trust_ev = evtimer_new(base, lockhold_trust_cb, NULL);
-	hold.stale_ev = evtimer_new(base, lockhold_stale_cb, NULL);
-	hold.beat_ev = event_new(base, -1, EV_PERSIST, lockhold_beat_cb, NULL);
-	if (hold.trust_ev == NULL || hold.stale_ev == NULL ||
-	    hold.beat_ev == NULL)
-		fatalx("lock: evtimer_new failed");
-	beat = util_timeval((uint64_t)cf->redis.trust_ms / 4);
-	evtimer_add(hold.beat_ev, &beat);
-	lockdb_on_incarnation(lockhold_incarnation_cb);
-}
-
-void
-lockhold_shutdown(void)
-{
-	if (hold.beat_ev == NULL)
-		return;
-	event_free(hold.beat_ev);
-	event_free(hold.trust_ev);
-	event_free(hold.stale_ev);
-	hold.beat_ev = hold.trust_ev = hold.stale_ev = NULL;
+	hold.check = check;
+	hold.granted = granted;
 }
 
 static void

@@ -2,7 +2,8 @@
  * lock_hold: the holds of this broker's clients: made at a grant, trusted
  * until their validity ends, renewed (session locks), and lost with an
  * EVENT LOST to their owner. Built on lock_name, lock_req and
- * lock_release; calls nothing above them.
+ * lock_release; lock_check (its checks in Redis) is called through
+ * the functions given to lockhold_init; it calls nothing else above.
  */
 #ifndef LB_LOCK_HOLD_H
 #define LB_LOCK_HOLD_H
@@ -27,13 +28,13 @@ enum lock_lost {
 
 /* A hold of ln ended: the queue may try. */
 typedef void lockhold_kick_fn(struct lock_name *ln);
-/* Redis forgot its lock data (a new incarnation): its queues too. */
-typedef void lockhold_forgot_fn(void);
+/* Check h in Redis (lock_check). */
+typedef void lockhold_check_fn(struct lock_hold *h);
+/* h was granted by a request sent at start_ms (lock_check). */
+typedef void lockhold_granted_fn(struct lock_hold *h, uint64_t start_ms);
 void lockhold_init(struct event_base *base, const struct config *cf,
-    lockhold_kick_fn *kick, lockhold_forgot_fn *forgot);
-/* Free the trust timers (the last step of a shutdown). */
-void lockhold_shutdown(void);
-
+    lockhold_kick_fn *kick, lockhold_check_fn *check,
+    lockhold_granted_fn *granted);
 /* o has no holds yet. */
 void lockhold_owner_init(struct lock_owner *o);
 /* h's RELEASE is in Redis. */
@@ -55,15 +56,18 @@ void lockhold_lease(const struct lock_req *req, uint64_t fence);
 void lockhold_handed(struct lock_hold *h, uint64_t until_ms);
 /* o's holds past their validity are lost now, as their timers would. */
 void lockhold_settle(struct lock_owner *o);
+/* h is no longer trusted: its owner is told EVENT LOST (why), and a
+ * lease given up on is released in Redis. */
+void lockhold_lost(struct lock_hold *h, enum lock_lost why);
+/* A request sent at sent_ms found h held with left_ms of its lease
+ * (UINT64_MAX: no end): h trusts no more than that. */
+void lockhold_left(struct lock_hold *h, uint64_t sent_ms, uint64_t left_ms);
 /* Re-arm the expiry timer for the hold's trusted end. */
 void lockhold_arm(struct lock_hold *h);
 void lockhold_free(struct lock_hold *h);
 /* Forget every hold of ln under token; another owner's is lost (why). */
 void lockhold_drop_token(struct lock_name *ln, const char *token,
     const struct lock_owner *o, enum lock_lost why);
-/* The subscriber missed messages: ask Redis whether ln's holds here still
- * hold it; those that do not are lost (revoked or stolen). */
-void lockhold_recheck(struct lock_name *ln);
 /* o sends a RELEASE of token's grant: the token's holds of other
  * connections here are lost at once. */
 void lockhold_release_sent(

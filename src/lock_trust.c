@@ -1,0 +1,185 @@
+/*
+ * lock_trust: trust in Redis itself (docs/protocol.md §8, When Redis
+ * forgets). Every redis.trust_ms / 4 the broker asks which incarnation
+ * of the lock data Redis serves. An answer naming the one known vouches
+ * for every hold until trust_ms after it was asked; with none for
+ * trust_ms every hold is lost (a failover or a FLUSHALL may have come
+ * meanwhile, and the grace period after it ends trust_ms after it is
+ * noticed). An answer naming a new incarnation makes every hold stale:
+ * each is asked for again and put back if Redis forgot it (check.lua, in
+ * the grace period); those not back when the old incarnation's last
+ * answer stops vouching are lost.
+ *
+ * The incarnation vouches for what Redis still has, not that it has each
+ * hold: a key deleted or evicted is gone in the same incarnation. So each
+ * hold is also confirmed in Redis at least once every trust_ms (a
+ * renewal counts; the others are checked with the beat, a loop turn's
+ * checks in one batch). That also catches Redis's wall clock stepped
+ * forward, which ends keys early: each beat's answer carries Redis's
+ * time, and when it ran ahead of ours by more than the drift allows and
+ * half of redis.clock_step_ms (the margin every lease has in Redis),
+ * every hold is confirmed again at once.
+ *
+ * Built on lock_name, lock_req and lock_check (which checks and loses the holds);
+ * Redis forgetting its queues is told through the callback given to
+ * locktrust_init.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "chaos.h"
+#include "config.h"
+#include "lockdb.h"
+#include "lock_check.h"
+#include "lock_req.h"
+#include "lock_trust.h"
+#include "log.h"
+#include "stats.h"
+#include "util.h"
+
+static struct {
+	const struct config *cf;
+	locktrust_forgot_fn *forgot;
+	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
+	struct event *trust_ev; /* trust_ms after the last vouching answer */
+	uint64_t vouched_ms;	/* when the last vouching answer was asked */
+	/* Redis's clock against ours: the most its offset (Redis's time less
+	 * our monotonic time) was at the last beat's answer, when that beat
+	 * was sent, and how far it ran ahead since the last re-check. */
+	bool clock_known;
+	int64_t clock_hi;
+	uint64_t clock_sent_ms;
+	uint64_t clock_ahead_ms;
+} trust_;
+
+static void
+locktrust_lost_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (stats[STAT_locks_held] > 0)
+		log_warnx(
+		    "redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
+		    trust_.cf->redis.trust_ms);
+	lockcheck_lose_all();
+}
+
+/*
+ * The beat. A broker that holds nothing and has nobody waiting has nothing
+ * to vouch for, and asks nothing: a fleet of idle sidecars costs Redis
+ * only their connections (TCP keepalive finds a dead one), and its next
+ * request is sent after a beat (lockdb_quiet). Not while it refuses grants
+ * for Redis's maxmemory-policy, nor before Redis first answered which
+ * incarnation it serves: it must see either change, and no request of its
+ * own will show it.
+ */
+static void
+locktrust_beat_cb(evutil_socket_t fd, short what, void *arg)
+{
+	/* One that refuses grants for Redis's policy keeps reading it; one
+	 * that has not heard the incarnation since it connected (its first
+	 * ask refused, say NOREPLICAS) keeps asking. */
+	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0 &&
+	    lockdb_refusal() == NULL && lockdb_up();
+
+	lockdb_quiet(quiet);
+	if (quiet)
+		return;
+	lockdb_incarnation();
+	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
+	    chaos_fault != CHAOS_NO_CONFIRM)
+		lockcheck_confirm_all(false);
+}
+
+/*
+ * Redis's time, read at a beat sent at inc->sent_ms and answered now,
+ * against our monotonic clock: Redis's offset from ours was between lo
+ * and hi then. From the last answer's most to this one's least it may
+ * grow by the drift alone; what it grew beyond is a forward step of
+ * Redis's wall clock (never less than the step was). Steps add up: past
+ * half of redis.clock_step_ms, the margin each lease has in Redis, every
+ * hold is confirmed again, and trusts no more than Redis says is left.
+ */
+static void
+locktrust_clock(const struct lockdb_inc *inc, uint64_t now)
+{
+	int64_t lo = (int64_t)inc->redis_ms - (int64_t)now;
+	int64_t hi = (int64_t)inc->redis_ms - (int64_t)inc->sent_ms;
+
+	if (inc->redis_ms == 0)
+		return; /* not said */
+	if (trust_.clock_known) {
+		double allow = trust_.cf->locks.clock_drift *
+		    (double)(now - trust_.clock_sent_ms);
+		int64_t ahead = lo - trust_.clock_hi - (int64_t)allow - 1;
+
+		if (ahead > 0)
+			trust_.clock_ahead_ms += (uint64_t)ahead;
+	}
+	trust_.clock_known = true;
+	trust_.clock_hi = hi;
+	trust_.clock_sent_ms = inc->sent_ms;
+	if (trust_.clock_ahead_ms * 2 <=
+	    (uint64_t)trust_.cf->redis.clock_step_ms)
+		return;
+	if (stats[STAT_locks_held] > 0)
+		log_warnx(
+		    "redis: its clock ran %" PRIu64
+		    " ms ahead of this broker's: every hold here is confirmed again (redis.clock_step_ms)",
+		    trust_.clock_ahead_ms);
+	trust_.clock_ahead_ms = 0;
+	STAT_INC(redis_clock_steps_total);
+	if (chaos_fault != CHAOS_NO_CONFIRM)
+		lockcheck_confirm_all(true);
+}
+
+static void
+locktrust_incarnation_cb(const struct lockdb_inc *inc)
+{
+	uint64_t trust = (uint64_t)trust_.cf->redis.trust_ms, now = mono_ms();
+
+	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
+		lockcheck_new_incarnation(now,
+		    trust_.vouched_ms + trust > now
+			? trust_.vouched_ms + trust - now
+			: 0);
+	}
+	if (inc->changed && !inc->first)
+		trust_.forgot();
+	locktrust_clock(inc, now);
+	if (inc->sent_ms > trust_.vouched_ms)
+		trust_.vouched_ms = inc->sent_ms;
+	lockreq_timer(trust_.trust_ev,
+	    trust_.vouched_ms + trust > now ? trust_.vouched_ms + trust - now
+					    : 0);
+}
+
+void
+locktrust_init(struct event_base *base, const struct config *cf,
+    locktrust_forgot_fn *forgot)
+{
+	struct timeval beat;
+
+	trust_.cf = cf;
+	trust_.forgot = forgot;
+	trust_.vouched_ms = 0;
+	trust_.trust_ev = evtimer_new(base, locktrust_lost_cb, NULL);
+	trust_.beat_ev =
+	    event_new(base, -1, EV_PERSIST, locktrust_beat_cb, NULL);
+	if (trust_.trust_ev == NULL || trust_.beat_ev == NULL)
+		fatalx("lock: evtimer_new failed");
+	beat = util_timeval((uint64_t)cf->redis.trust_ms / 4);
+	evtimer_add(trust_.beat_ev, &beat);
+	lockdb_on_incarnation(locktrust_incarnation_cb);
+}
+
+void
+locktrust_shutdown(void)
+{
+	if (trust_.beat_ev == NULL)
+		return;
+	event_free(trust_.beat_ev);
+	event_free(trust_.trust_ev);
+	trust_.beat_ev = trust_.trust_ev = NULL;
+}
