@@ -60,7 +60,8 @@ if watchFence ~= '0' then
 end
 local val = token .. ' ' .. whoEntry
 local c -- the counter's value once read (false: none; nil: not read)
-if not closed and redis.call('EXISTS', queueKey, waitingKey, holdersKey) == 0 and
+if not closed and
+    redis.call('EXISTS', queueKey, waitingKey, holdersKey) == 0 and
     remembered(fenceKey) == 0 then
   -- Nobody waits (fill is set only with :waiting), no shared holder is
   -- left (a "=shared" deleted by hand): a plain grant (lib/plain.lua), or
@@ -70,7 +71,8 @@ if not closed and redis.call('EXISTS', queueKey, waitingKey, holdersKey) == 0 an
   local fs = type(f) == 'number' and ms(f)
   if fs and redis.call('SET', lockKey, val .. ' ' .. fs, 'NX', 'PX',
       ttlMs) then
-    redis.call('SET', fenceKey, fs, 'PX', tonumber(ttlMs) + KEEP_MS) -- fence.lua
+    -- (as lib/fence.lua's next_fence)
+    redis.call('SET', fenceKey, fs, 'PX', tonumber(ttlMs) + KEEP_MS)
     if clearWriter == '1' then redis.call('DEL', writerKey) end
     return {1, f}
   end
@@ -166,8 +168,8 @@ end
 if not v then
   if first == nil or first == tk then return grant() end
   -- A writer without a ticket that keeps readers out goes before them.
-  if tk == '' and clearWriter == '1' and qmode(ticketsKey, first) ~= 'EXCLUSIVE'
-  then
+  if tk == '' and clearWriter == '1' and
+      qmode(ticketsKey, first) ~= 'EXCLUSIVE' then
     return grant()
   end
   -- Free, but the first ticket's: no holder to watch or wait for.
@@ -179,8 +181,7 @@ if holds then
     if redis.call('PTTL', lockKey) > tonumber(ttlMs) then
       tell(channel, by, me, lockName .. SHORTENED .. fs .. ' ' .. me, {})
     end
-    val = token .. ' ' ..
-      string.gsub(whoEntry, ENTRY_BROKER, '%1 ' .. joined(by, me))
+    val = token .. ' ' .. rebroker(whoEntry, ENTRY_BROKER, joined(by, me))
   end
   redis.call('SET', lockKey, val, 'PX', ttlMs)
   redis.call('PEXPIRE', fenceKey, tonumber(ttlMs) + KEEP_MS) -- fence.lua

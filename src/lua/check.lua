@@ -43,6 +43,7 @@ end
 -- include fields.lua
 -- include now.lua
 -- include tell.lua
+-- include foreign.lua
 -- include fence.lua
 -- include holds.lua
 -- include leftover.lua
@@ -62,8 +63,8 @@ if holds and redis.call('GET', fenceKey) == grantFence then
   local by, me = string.match(v, THIRD_WORD),
     string.match(lockValue, THIRD_WORD)
   if by and me and joined(by, me) ~= by then
-    redis.call('SET', lockKey, (string.gsub(v, VALUE_BROKER,
-      '%1 ' .. joined(by, me))), 'KEEPTTL')
+    redis.call('SET', lockKey, rebroker(v, VALUE_BROKER, joined(by, me)),
+      'KEEPTTL')
   end
   return kept(lockKey, redis.call('PTTL', lockKey))
 end
@@ -83,7 +84,8 @@ if restoreMs ~= '0' and not v then
       c and c <= tonumber(grantFence) and
       redis.call('EXISTS', holdersKey) == 0 then
     redis.call('SET', lockKey, lockValue, 'PX', restoreMs)
-    redis.call('SET', fenceKey, grantFence, 'PX', tonumber(restoreMs) + KEEP_MS)
+    redis.call('SET', fenceKey, grantFence, 'PX',
+      tonumber(restoreMs) + KEEP_MS)
     return kept(lockKey, tonumber(restoreMs))
   end
 end
@@ -97,8 +99,8 @@ if not v and c == tonumber(grantFence) and string.find(lockValue, ' %S') and
     redis.call('EXISTS', holdersKey) == 0 then
   local left = remembered(fenceKey)
   if left > 0 then
-    redis.call('SET', lockKey, (string.gsub(lockValue, VALUE_BROKER,
-      '%1 ?')), 'PX', left)
+    redis.call('SET', lockKey, rebroker(lockValue, VALUE_BROKER, '?'),
+      'PX', left)
     return kept(lockKey, left)
   end
 end

@@ -51,7 +51,7 @@ import sys
 INCLUDE = re.compile(r"^\s*--\s*include\s+(\S+)\s*$")
 WRAP = re.compile(r"^\s*--\s*wrap\s+(\S+)\s+as\s+(\w+)\s*$")
 NAME = re.compile(r"^local (\w+) = ((KEYS|ARGV)\[(\d+)\])\s*(--.*)?$")
-CONST = re.compile(r"^local ([A-Z][A-Z0-9_]*) = ('[^'\\]*'|\d+)\s*$")
+CONST = re.compile(r"^local ([A-Z][A-Z0-9_]*) = ('[^'\\]*'|\d+)\s*(--.*)?$")
 HOISTED = "\0hoisted\0"
 KEYS = re.compile(r"^--\s*KEYS:\s*(.*)$")
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
@@ -113,7 +113,7 @@ def squash(path):
             line = line.strip()
             if not line or line.startswith("--") or CONST.match(line):
                 continue
-            if "--" in code_of(line):
+            if any(not c and t.startswith("--") for c, t in code_parts(line)):
                 sys.exit("%s: a comment after code cannot be joined" % path)
             code.append(line)
     return " ".join(code)

@@ -50,7 +50,7 @@
 --   early).
 
 local incarnationKey = KEYS[1]
-local runId = ARGV[1] -- its connection's Redis ("": the broker may not read it)
+local runId = ARGV[1] -- its connection's Redis ("": may not be read)
 local graceMs = ARGV[2]
 local readEvictions = ARGV[3] -- 1: look at evicted_keys, 0: not
 local skewMs = ARGV[4]
@@ -82,8 +82,7 @@ if m[1] and (m[2] == runId or runId == '') and not evicted and
   end
   return {m[1], math.max(0, tonumber(m[3] or '0') - now), 0, need, now, ev}
 end
-local id = ms(tonumber(t[1]) * 1000000 + tonumber(t[2]) +
-  tonumber(skewMs) * 1000)
+local id = ms(now_us(t) + tonumber(skewMs) * 1000)
 redis.call('DEL', incarnationKey)  -- and the old one's marks of kept grants
 redis.call('HSET', incarnationKey, 'id', id, 'runid', runId, 'grace',
   ms(now + need), 'need', ms(need))

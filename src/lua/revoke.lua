@@ -5,8 +5,8 @@
 -- fence or an older one are lost, and waiters may go; "<name>" to the
 -- brokers with a ticket in the queue or a mark on :waiting not told
 -- already, whose waiters may go. A broker that missed the message (its
--- subscriber was away) finds the fence in :revoked (kept for revokedKeepMs, the
--- longest lease) when it checks its holds again.
+-- subscriber was away) finds the fence in :revoked (kept for
+-- revokedKeepMs, the longest lease) when it checks its holds again.
 --
 -- KEYS: lock holders who fence writer revoked brokers waiting
 -- Returns how many holders there were.

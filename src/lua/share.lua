@@ -119,7 +119,7 @@ if n > 0 then
         tell(channel, by, me, lockName .. SHORTENED .. fs .. ' ' .. me,
           {})
       end
-      e = string.gsub(e, ENTRY_BROKER, '%1 ' .. joined(by, me))
+      e = rebroker(e, ENTRY_BROKER, joined(by, me))
     end
     local at = ms(now + tonumber(ttlMs))
     redis.call('ZADD', holdersKey, at, token)

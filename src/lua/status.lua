@@ -31,15 +31,17 @@ if v and v ~= SHARED then
     (mine and c == tonumber(grantFence)) and 1 or 0}
 end
 local now = now_ms()
-local live = redis.call('ZRANGEBYSCORE', holdersKey, '(' .. ms(now), '+inf', 'WITHSCORES')
+local live = redis.call('ZRANGEBYSCORE', holdersKey, '(' .. ms(now),
+  '+inf', 'WITHSCORES')
 if #live == 0 then return {0} end
 local valid = 0
 if grantFence ~= '0' then
   for i = 1, #live, 2 do
     if t == '' or live[i] == t then
       local info = redis.call('HGET', whoKey, live[i]) or ''
-      if string.match(info, ENTRY_FENCE) == grantFence and not leftover(incarnationKey,
-          incarnation, lockKey .. ' ' .. live[i], grantFence) then
+      if string.match(info, ENTRY_FENCE) == grantFence and
+          not leftover(incarnationKey, incarnation,
+            lockKey .. ' ' .. live[i], grantFence) then
         valid = 1
       end
     end

@@ -20,7 +20,8 @@ if v and v ~= SHARED then
   return {redis.call('PTTL', lockKey), entry and f .. ' ' .. entry or ''}
 end
 local now = now_ms()
-local live = redis.call('ZRANGEBYSCORE', holdersKey, '(' .. ms(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 10000)
+local live = redis.call('ZRANGEBYSCORE', holdersKey, '(' .. ms(now),
+  '+inf', 'WITHSCORES', 'LIMIT', 0, 10000)
 local out = {}
 for i = 1, #live, 2 do
   out[#out + 1] = tonumber(live[i + 1]) - now

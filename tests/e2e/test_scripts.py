@@ -8,6 +8,7 @@ log."""
 import os
 import re
 import sys
+import tempfile
 
 from lbtest import BrokerTest, Resp, main, wait_for
 
@@ -148,6 +149,40 @@ class Scripts(BrokerTest):
                     if k not in given:
                         self.assertNotIn("'%s'" % k, text.replace(
                             "(KEYS[1] .. '%s')" % k, ""), f)
+
+    def test_named_keys_and_arguments(self):
+        """Every script names its keys and arguments at its top, and the
+        text Redis runs has none of those names left: each use reads
+        KEYS[i] or ARGV[j] where it is, the declaration lines are empty
+        (user_script:N is line N of the file), and no constant of lib/ is
+        left unwritten. embed.py refuses a bare KEYS[ in a body and a
+        name declared again."""
+        for f in sorted(os.listdir(LUA)):
+            if not f.endswith(".lua"):
+                continue
+            path = os.path.join(LUA, f)
+            names, args = embed.declared(path)
+            text = embed.expand(path)
+            with open(path) as src:
+                lines = src.read().split("\n")
+            if f != "batch.lua":  # (its wrapped scripts are added)
+                self.assertEqual(len(text.split("\n")), len(lines), f)
+            code = embed.code_of(text)
+            for n in list(names) + list(embed.constants()):
+                self.assertIsNone(re.search(r"(?<![\w.])%s\b" % n, code),
+                                  (f, n))
+            for no, line in enumerate(lines):
+                if embed.NAME.match(line):
+                    self.assertEqual(text.split("\n")[no], "", (f, no))
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "bad.lua")
+            for body in ("return KEYS[1]\n", "local lockKey = 1\n",
+                         "lockKey = 'x'\n"):
+                with open(bad, "w") as out:
+                    out.write("-- KEYS: lock\nlocal lockKey = KEYS[1]\n" +
+                              body)
+                with self.assertRaises(SystemExit, msg=body):
+                    embed.expand(bad)
 
     def test_acquire_grant_regrant_refuse(self):
         self.assertEqual(self.acquire("a", "t1"), [1, f(1)])

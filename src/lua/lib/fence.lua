@@ -32,7 +32,7 @@ local function fence_of(k, t, c)
     end
   end
   t = t or redis.call('TIME')
-  local f, now = n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f, now = n + 1, now_us(t)
   -- (the chaos build's no_clock_fence variant patches out these words)
   if f < now then f = now end
   if t[3] and f < t[3] then f = t[3] end

@@ -18,3 +18,4 @@ local BROKER_ENTRY = '^(%d+) (%d+)$'
 local SHARED = '=shared'
 local MODE_FIELD = '=mode'
 local SHORTENED = ' shortened '
+local EACH_BROKER = '[^,]+' -- each broker of a field several share

@@ -4,3 +4,8 @@
 local function foreign(e, b)
   return string.match(e or '', THIRD_WORD) ~= b
 end
+-- rebroker(s, p, f): s with the broker field that follows pattern p's
+-- capture (VALUE_BROKER in a value, ENTRY_BROKER in a WHO entry) made f.
+local function rebroker(s, p, f)
+  return (string.gsub(s, p, '%1 ' .. f))
+end

@@ -12,7 +12,7 @@
 -- -> until, ms on TIME's clock) and is not in told. Needs now.lua.
 local function joined(f, b)
   if not f or f == '?' then return '?' end
-  for x in string.gmatch(f, '[^,]+') do
+  for x in string.gmatch(f, EACH_BROKER) do
     if x == b then return f end
   end
   return f .. ',' .. b
@@ -23,7 +23,7 @@ local function tell(ch, f, actor, msg, told)
     return
   end
   local to = string.sub(ch, 1, -9) .. 'to:'
-  for b in string.gmatch(f, '[^,]+') do
+  for b in string.gmatch(f, EACH_BROKER) do
     if b ~= actor and not told[b] then
       redis.call('PUBLISH', to .. b, msg)
       told[b] = true
