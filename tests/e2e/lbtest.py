@@ -34,11 +34,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def tcp_unread(port, peer_port):
-    """Bytes that the loopback socket on port has received from
-    peer_port and its process has not read yet (/proc/net/tcp): shows a
-    request has arrived where a stopped or stalled server cannot say so."""
-    n = 0
+def tcp_sockets(port, peer_port):
+    """(state, unread bytes) of each loopback socket on port connected to
+    peer_port (/proc/net/tcp): shows what reached a stopped or stalled
+    process, which cannot say so itself."""
+    out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -50,8 +50,26 @@ def tcp_unread(port, peer_port):
             local, remote = cols[1], cols[2]
             if (int(local.rsplit(":", 1)[1], 16) == port and
                     int(remote.rsplit(":", 1)[1], 16) == peer_port):
-                n += int(cols[4].split(":")[1], 16)
-    return n
+                out.append((int(cols[3], 16), int(cols[4].split(":")[1], 16)))
+    return out
+
+
+def tcp_unread(port, peer_port):
+    """Bytes the socket on port has received from peer_port and its
+    process has not read yet."""
+    return sum(n for _, n in tcp_sockets(port, peer_port))
+
+
+def tcp_peer_closed(port, peer_port):
+    """True once the socket on port has had peer_port's end of input
+    (CLOSE_WAIT), unread by its process."""
+    return any(state == 8 for state, _ in tcp_sockets(port, peer_port))
+
+
+def stopped(pid):
+    """True once the process is stopped (SIGSTOP taken)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def wait_until(pred, timeout=10.0, what=None, step=0.05):

@@ -10,7 +10,9 @@ import signal
 import threading
 import time
 
-from lbtest import LATE, SLOW, STEP, BrokerTest, main, wait_for
+from lbtest import (LATE, SLOW, STEP, BrokerTest, main, stopped,
+                    tcp_peer_closed, tcp_unread, wait_for, wait_until)
+from test_truth import redis_conn_ports
 
 QUEUE = "lockbroker:{%s}:queue"
 
@@ -53,6 +55,7 @@ class Fairness(BrokerTest):
                 fence = int(reply.split()[1])
                 with lock:
                     grants.append((sent, fence, i, before))
+                # The hold itself, a moment's work: not a wait.
                 time.sleep(0.001)
                 self.assertEqual(c.cmd("RELEASE hot"), "OK")
 
@@ -227,11 +230,11 @@ class Fairness(BrokerTest):
         # b1 hears of the hand-over 1.5 s late and its confirmation
         # (EXTEND) takes 1.5 s each way: in Redis when the waiter leaves.
         px.set_mode("delay", delay_ms=1500)
-        time.sleep(0.2)
         self.assertEqual(h.cmd("RELEASE n"), "OK")
-        time.sleep(2.0)
-        a.close()
-        time.sleep(0.3)
+        # b1 has the news and sends its confirmation (1.5 s to Redis);
+        # the waiter leaves meanwhile, and b1 reads that it has.
+        b1.wait_info("handovers_in_total", 1)
+        self.hang_up(a, b1)
         self.assertIsNotNone(px.reset())  # the confirmation gets no answer
         px.set_mode("pass")
         # It serves: INFO, then a try-once, once Redis is back for it.
@@ -257,19 +260,29 @@ class Fairness(BrokerTest):
         wait_for(lambda: self.queued("r") == 1)
         c.send("ACQUIRE r WAIT 3000")
         wait_for(lambda: self.queued("r") == 2)
+        ports = redis_conn_ports(other, self.redis.port)
+
+        def news():  # what Redis sent other, unread
+            return sum(tcp_unread(p, self.redis.port) for p in ports)
+        a_port, d_port = (c.sock.getsockname()[1] for c in (a, d))
         other.proc.send_signal(signal.SIGSTOP)
         try:
-            time.sleep(0.02)
+            wait_until(lambda: stopped(other.proc.pid), what="other stopped")
             a.close()
-            time.sleep(0.02)
+            wait_until(lambda: tcp_peer_closed(other.port, a_port),
+                       what="a's end in other's socket")
             d.send("ACQUIRE r TOKEN mine TTL 5000 WAIT 3000")
-            time.sleep(0.02)
+            wait_until(lambda: tcp_unread(other.port, d_port) > 0,
+                       what="d's ACQUIRE in other's socket")
+            before = news()
             self.assertEqual(h.cmd("RELEASE r"), "OK")
-            time.sleep(0.02)
+            wait_until(lambda: news() > before,
+                       what="the hand-over in other's socket")
         finally:
             other.proc.send_signal(signal.SIGCONT)
         self.assertRegex(d.line(), r"^OK \d+ 5000 mine$")
-        time.sleep(0.1 * LATE)
+        # Through other's Redis connection, after any release it sent.
+        self.assertRegex(d.cmd("STATUS r"), r"^OK HELD ")
         self.assertTrue(self.redis("GET", "lockbroker:{r}").startswith(
             "mine "))
         self.assertEqual(d.cmd("RELEASE r"), "OK")

@@ -2,7 +2,6 @@
 
 import re
 import signal
-import time
 
 from lbtest import LATE, BrokerTest, main, tcp_unread, wait_for, wait_until
 

@@ -1,7 +1,6 @@
 """The broker and its Redis: scripts cached or not, Redis restarts."""
 
 import threading
-import time
 
 from lbtest import BrokerTest, main, wait_for, wait_until
 
