@@ -34,6 +34,53 @@ def free_port():
         return s.getsockname()[1]
 
 
+def redis_conn_ports(broker, redis_port):
+    """The local TCP ports of the broker process's connections to Redis
+    (its command and subscriber connections), from /proc."""
+    inodes = set()
+    fddir = "/proc/%d/fd" % broker.proc.pid
+    for fd in os.listdir(fddir):
+        try:
+            link = os.readlink(os.path.join(fddir, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = []
+    for table in ("/proc/%d/net/tcp" % broker.proc.pid,
+                  "/proc/%d/net/tcp6" % broker.proc.pid):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            local, remote, state, inode = cols[1], cols[2], cols[3], cols[9]
+            if (inode in inodes and state == "01" and
+                    int(remote.rsplit(":", 1)[1], 16) == redis_port):
+                ports.append(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def command_idle_s(redis, broker):
+    """How long, in whole seconds, Redis says the broker's command
+    connection has sent nothing: a quiet broker shows by it."""
+    ports = redis_conn_ports(broker, redis.port)
+    for l in redis("CLIENT", "LIST").splitlines():
+        f = dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
+        if int(f["addr"].rsplit(":", 1)[1]) in ports and "P" not in f["flags"]:
+            return int(f["idle"])
+    return None
+
+
+def wait_quiet(redis, broker, seconds=1, timeout=10):
+    """Until the broker's command connection has been idle for seconds
+    (the broker holds nothing, nobody waits: it has gone quiet)."""
+    wait_until(lambda: (command_idle_s(redis, broker) or 0) >= seconds,
+               timeout, "%s quiet for %d s" % (broker.name, seconds))
+
+
 def tcp_sockets(port, peer_port):
     """(state, unread bytes) of each loopback socket on port connected to
     peer_port (/proc/net/tcp): shows what reached a stopped or stalled

@@ -10,9 +10,9 @@ import signal
 import threading
 import time
 
-from lbtest import (LATE, SLOW, STEP, BrokerTest, main, stopped,
-                    tcp_peer_closed, tcp_unread, wait_for, wait_until)
-from test_truth import redis_conn_ports
+from lbtest import (LATE, SLOW, STEP, BrokerTest, main, redis_conn_ports,
+                    stopped, tcp_peer_closed, tcp_unread, wait_for,
+                    wait_until)
 
 QUEUE = "lockbroker:{%s}:queue"
 
@@ -55,8 +55,8 @@ class Fairness(BrokerTest):
                 fence = int(reply.split()[1])
                 with lock:
                     grants.append((sent, fence, i, before))
-                # The hold itself, a moment's work: not a wait.
-                time.sleep(0.001)
+                # The hold: a moment's work, a round trip.
+                self.assertEqual(c.cmd("PING"), "PONG")
                 self.assertEqual(c.cmd("RELEASE hot"), "OK")
 
         threads = [threading.Thread(target=run, args=ic) for ic in clients]

@@ -77,12 +77,14 @@ class Faults(BrokerTest):
                 return sum(1 for _, r in results if r.startswith(kind))
         # Under load: grants and releases, more than a hundred replies.
         wait_until(lambda: replies("OK ") > 50 or errors, 10, "50 grants")
+        mark = self.broker.log_mark()
         self.redis.kill()
         wait_until(lambda: replies("ERR UNAVAILABLE") >= 1 or errors, 10,
                    "a refusal while Redis is down")
-        # The rest of the outage, its length the test's: the broker's
-        # reconnect back-off reaches its cap, which back measures.
-        time.sleep(1.0)
+        # Down until the broker's reconnect back-off is at its cap (from
+        # 50 ms, doubled, to trust_ms / 8): its fourth retry.
+        wait_until(lambda: self.broker.logtext()[mark:].count(
+            "redis command: retrying in") >= 4, 10, "four reconnect retries")
         self.redis.start()
         up = time.monotonic()
         wait_for(lambda: self.broker.info()["redis_up"] == "1", 5)

@@ -6,7 +6,7 @@ reaches only the brokers it concerns."""
 import time
 
 from lbtest import (LATE, BrokerTest, Listener, holds_for, main, wait_for,
-                    wait_until)
+                    wait_quiet, wait_until)
 
 TRUST_MS = 600
 
@@ -63,9 +63,8 @@ class Beat(BrokerTest):
         c = self.client()
         self.assertRegex(c.cmd("ACQUIRE once WAIT 0"), r"^OK ")
         self.assertEqual(c.cmd("RELEASE once"), "OK")
-        # Quiet from its next beat on, which nothing shows but the
-        # silence after it.
-        time.sleep(TRUST_MS / 1000.0)
+        # Quiet from its next beat on: Redis shows its connection idle.
+        wait_quiet(self.redis, self.broker)
         before = self.redis("INFO", "commandstats")
         # Every command but INFO (the test's own): not one more call in
         # a window of 20 beat periods (3 s), watched all along.
@@ -104,9 +103,8 @@ class Beat(BrokerTest):
         h = self.client(busy)
         self.assertRegex(h.cmd("ACQUIRE kept TTL 60000"), r"^OK ")
         c = self.client()
-        # Quiet from its next beat on: nothing to see it by but the
-        # silence after it.
-        time.sleep(TRUST_MS / 1000.0)
+        # Quiet from its next beat on: Redis shows its connection idle.
+        wait_quiet(self.redis, self.broker)
         self.assertEqual(self.redis("FLUSHALL"), "OK")
         wait_for(lambda: "new lock data" in busy.logtext())
         probe = self.client(busy)       # until the grace period is over

@@ -5,7 +5,7 @@ import time
 import urllib.error
 import urllib.request
 
-from lbtest import BrokerTest, free_port, main, wait_for
+from lbtest import BrokerTest, free_port, main, wait_for, wait_quiet, wait_until
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)'
                     r'(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? '
@@ -107,9 +107,15 @@ class Metrics(BrokerTest):
         self.assertEqual(parse(self.get("/metrics")[1])[0]
                          ["lockbroker_oldest_hold_seconds"], 0)
         a, b = self.client(), self.client()
+        asked = time.monotonic()
         self.assertRegex(a.cmd("ACQUIRE old"), r"^OK ")
-        # The age under test: a hold has one only as time passes.
-        time.sleep(0.3)
+
+        def oldest():
+            return parse(self.get("/metrics")[1])[0][
+                "lockbroker_oldest_hold_seconds"]
+        wait_until(lambda: oldest() >= 0.3, 5, "an oldest hold of 0.3 s")
+        # It does not run ahead of time.
+        self.assertGreaterEqual(time.monotonic() - asked, 0.3)
         self.assertRegex(b.cmd("ACQUIRE new"), r"^OK ")
         age = parse(self.get("/metrics")[1])[0][
             "lockbroker_oldest_hold_seconds"]
@@ -197,8 +203,7 @@ class Metrics(BrokerTest):
         beats of noeviction's return."""
         b = self.start_broker({"redis": {"trust_ms": 400}}, name="quiet")
         c = self.client(b)
-        # Quiet by now, 10 beats on: no event shows a broker gone quiet.
-        time.sleep(1.0)
+        wait_quiet(self.redis, b)
         self.redis("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
         def refused():
             r = c.cmd("ACQUIRE q WAIT 0")
@@ -207,9 +212,12 @@ class Metrics(BrokerTest):
             return r.startswith("ERR UNAVAILABLE Redis maxmemory-policy")
         try:
             wait_for(refused, 5)
-            # Nothing held, nobody waits: quiet again (no event shows it),
-            # the case fixed.
-            time.sleep(1.0)
+            # Nothing held, nobody waits, yet it keeps reading the policy
+            # (the case fixed): more beats, where one gone quiet sends
+            # none.
+            beats = self.redis.calls("evalsha")
+            wait_until(lambda: self.redis.calls("evalsha") >= beats + 4, 5,
+                       "four more beats")
         finally:
             self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
         wait_for(lambda: c.cmd("ACQUIRE q WAIT 0").startswith("OK "), 2)

@@ -121,7 +121,8 @@ class Acceptance(ModesBase):
                     state["n"] += 1
                     state["max"] = max(state["max"], state["n"])
                     fences.append(fence_of(reply))
-                # The hold itself: a holder's work, not a wait.
+                # The hold itself, the workload's: a holder's work takes a
+                # while, and no event ends it.
                 time.sleep(r.uniform(0.05, 0.1))
                 with lock:
                     state["n"] -= 1
@@ -167,7 +168,8 @@ class Acceptance(ModesBase):
                         errors.append("reader %d: %s" % (i, reply))
                         return
                     start = time.monotonic()
-                    # The hold itself: a reader's work, not a wait.
+                    # The hold itself, the workload's: a reader's work takes
+                    # a while, and no event ends it.
                     time.sleep(0.3)
                     end = time.monotonic()
                     with lock:

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from lbtest import (LATE, SLOW, BrokerTest, Redis, Resp, holds_for, main,
-                    tcp_unread, wait_for, wait_until)
+                    redis_conn_ports, tcp_unread, wait_for, wait_until)
 
 ADMIN = "adm1n-secret"
 OK_RE = r"^OK (\d+) (\d+) (\S+)$"
@@ -77,35 +77,6 @@ def resp_send(r, *args):
         a = str(a).encode()
         out += b"$%d\r\n%s\r\n" % (len(a), a)
     r.sock.sendall(out)
-
-
-def redis_conn_ports(broker, redis_port):
-    """The local TCP ports of the broker process's connections to Redis
-    (its command and subscriber connections), from /proc."""
-    inodes = set()
-    fddir = "/proc/%d/fd" % broker.proc.pid
-    for fd in os.listdir(fddir):
-        try:
-            link = os.readlink(os.path.join(fddir, fd))
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    ports = []
-    for table in ("/proc/%d/net/tcp" % broker.proc.pid,
-                  "/proc/%d/net/tcp6" % broker.proc.pid):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            local, remote, state, inode = cols[1], cols[2], cols[3], cols[9]
-            if (inode in inodes and state == "01" and
-                    int(remote.rsplit(":", 1)[1], 16) == redis_port):
-                ports.append(int(local.rsplit(":", 1)[1], 16))
-    return ports
 
 
 class TruthBase(BrokerTest):
@@ -271,10 +242,8 @@ class SameTokenInFlight(TruthBase):
         B's ACQUIRE, which gets grant 1 back."""
         a, b, c = self.client(), self.client(), self.client()
         f1, token = a.cmd("ACQUIRE n TTL 1200").split()[1:4:2]
-        # The stall placed across the end of the trusted half (600 ms):
-        # time passing is the set-up, and no event comes before that end.
-        time.sleep(0.3)
-        woke = self.stall_redis(0.6)
+        # Redis sleeps across the end of the trusted half (600 ms).
+        woke = self.stall_redis(0.9)
         b.send("ACQUIRE n TTL %d TOKEN %s WAIT 0" % (3000 * SLOW, token))
         self.assert_lost(a, "n", ("expired",), 2 * SLOW)
         woke()
@@ -449,7 +418,8 @@ class ShorterRenewal(TruthBase):
         time.sleep(max(0.0, granted + 1.7 - time.monotonic()))
         woke = self.stall_redis(0.7)
         stalled = time.monotonic()
-        # (as above)
+        # Past that renewal, sent into the stalled Redis, which cannot
+        # show it arrive (as above).
         time.sleep(max(0.0, granted + 2.1 - time.monotonic()))
         pauser = Resp(self.redis.port)
         self.addCleanup(pauser.close)

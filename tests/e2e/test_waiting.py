@@ -37,7 +37,8 @@ class Waiting(BrokerTest):
             reply = c.line()  # the grant, whenever it comes
             with lock:
                 events.append(("grant", i, time.monotonic(), reply))
-            # The hold itself: the work a holder does, not a wait.
+            # The hold itself, the workload's: a holder's work takes a
+            # while, and no event ends it.
             time.sleep(0.02)
             with lock:
                 events.append(("release", i, time.monotonic(), None))
@@ -321,7 +322,8 @@ class Churn(BrokerTest):
                     if reply.startswith("EVENT LOST"):
                         reply = c.line()
                     if reply.startswith("OK"):
-                        # The hold itself: a holder's work, not a wait.
+                        # The hold itself, the workload's: a holder's work takes a
+                        # while, and no event ends it.
                         time.sleep(r.random() * 0.01)
                         rel = c.cmd("RELEASE " + name)
                         if rel.startswith("EVENT LOST"):
