@@ -565,6 +565,12 @@ lock_owner_gone(struct lock_owner *o, bool vanished)
 	}
 }
 
+uint64_t
+lock_oldest_hold_ms(void)
+{
+	return lockhold_oldest_ms();
+}
+
 const char *
 lock_kind_name(enum lock_kind kind)
 {

@@ -1,8 +1,10 @@
 /*
- * lock: the lock engine. It keeps what this broker's clients hold, runs the
- * Lua scripts through lockdb, and tells owners what happened through the
- * callbacks in struct lock_owner_ops. It never touches sockets, so the unit
- * tests can drive it.
+ * lock: the lock engine's entry points. It keeps what this broker's clients
+ * hold, runs the Lua scripts through lockdb, and tells owners what happened
+ * through the callbacks in struct lock_owner_ops. It never touches sockets,
+ * so the unit tests can drive it. The types its callers see are declared
+ * by the modules that own them: struct lock_owner and struct lock_result
+ * in lock_req.h, struct lock_hold in lock_hold.h.
  */
 #ifndef LB_LOCK_H
 #define LB_LOCK_H
@@ -12,100 +14,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lockdb.h"
-#include "proto.h"
+#include "lock_hold.h"
+#include "lock_req.h"
 #include "util.h"
 
 struct event_base;
 struct config;
-
-enum lock_kind { LOCK_SESSION, LOCK_FIXED, LOCK_KEEP };
-
-/* How a grant shares its name (docs/protocol.md §3): lockdb's modes, in
- * the engine's words. */
-enum lock_mode {
-	LOCK_EXCLUSIVE = LDB_EXCLUSIVE,
-	LOCK_FILL = LDB_FILL,
-	LOCK_SHARED = LDB_SHARED,
-	LOCK_LIMIT = LDB_LIMIT,
-};
-
-/* What a request came to. LOCK_ERR carries a proto_err. */
-enum lock_status {
-	LOCK_OK,
-	LOCK_TIMEOUT,
-	LOCK_CANCELLED, /* CANCEL ended its wait */
-	LOCK_DONE,	/* FILL: the leader finished */
-	LOCK_FREE,
-	LOCK_HELD,
-	LOCK_ERR
-};
-
-struct lock_result {
-	enum lock_status status;
-	enum proto_err err;  /* LOCK_ERR */
-	const char *errtext; /* LOCK_ERR */
-	uint64_t fence;	     /* ACQUIRE granted, STATUS held, VALIDATE */
-	uint64_t ttl_ms;     /* ACQUIRE granted, EXTEND, STATUS held */
-	const char *token;   /* ACQUIRE granted */
-	bool valid;	     /* VALIDATE: the fence is a holder's */
-	enum lock_mode mode; /* STATUS held */
-	unsigned limit;	     /* STATUS held LIMIT n */
-	uint64_t count;	     /* STATUS: holders; REVOKE: holders removed */
-	size_t nholders;     /* WHO; valid until done returns */
-	const struct lockdb_holder *holders;
-};
-
-struct lock_owner;
-struct lock_owner_ops {
-	/* The request in flight finished (exactly once per request). */
-	void (*done)(struct lock_owner *, const struct lock_result *);
-	/* A held lock was lost; reason as in docs/protocol.md §7. */
-	void (*lost)(struct lock_owner *, const char *name, uint64_t fence,
-	    const char *reason);
-};
-
-struct lock_hold;
-struct lock_req;
-
-/* The engine's view of one client; embedded in the client's session. */
-struct lock_owner {
-	uint64_t id;
-	const struct lock_owner_ops *ops;
-	TAILQ_HEAD(, lock_hold) holds; /* in grant order, for LOCKS */
-	unsigned nholds;
-	struct lock_req *pending; /* the request in flight, or NULL */
-	const char *peer;	  /* for WHO: "ip:port", "unix" */
-};
-
-/* One lock held by one owner, as LOCKS shows it. */
-struct lock_hold {
-	TAILQ_ENTRY(lock_hold) owner_entry;
-	LIST_ENTRY(lock_hold) name_entry;
-	struct lock_owner *owner;
-	struct lock_name *ln;
-	enum lock_kind kind;
-	enum lock_mode mode;
-	unsigned limit; /* LOCK_LIMIT */
-	uint64_t fence;
-	uint64_t ttl_ms;
-	uint64_t granted_ms;	 /* monotonic, for max_hold_ms */
-	uint64_t granted_us;	 /* for the hold-time histogram */
-	uint64_t valid_until_ms; /* monotonic, docs/protocol.md §3 */
-	uint64_t lease_seq;	 /* the last request sent to set its lease */
-	uint64_t confirmed_ms;	 /* monotonic: when the last request that
-				    found it held in Redis was sent */
-	struct event *expire_ev; /* at valid_until_ms: EVENT LOST */
-	struct event *renew_ev;	 /* session locks: every lease/3 */
-	struct event *maxhold_ev;
-	struct lock_req *renewing; /* the renewal in flight, or NULL */
-	struct lock_req *checking; /* a check after missed messages */
-	bool releasing;		   /* its RELEASE is in Redis */
-	bool stale;		   /* of an incarnation Redis no longer has:
-				      to be put back (lock_hold.c) */
-	uint64_t since_ms;	   /* wall clock, its WHO entry's */
-	char token[PROTO_TOKEN_MAX + 1];
-};
 
 struct lock_acquire_args {
 	uint64_t ttl_ms; /* 0: a session lock on locks.lease_ms */
@@ -167,8 +81,6 @@ int lock_revoke(
 uint64_t lock_oldest_hold_ms(void);
 
 const char *lock_kind_name(enum lock_kind kind);
-/* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
-const char *lock_mode_name(enum lock_mode mode, unsigned limit);
 const char *lock_hold_name(const struct lock_hold *h);
 /* o's holds whose validity has passed are lost now (EVENT LOST), as their
  * timers would have: after a pause those run a loop turn late, and a

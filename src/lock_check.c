@@ -99,7 +99,7 @@ lockcheck_send(struct lock_req *req)
 	lockreq_send_at(req, now, req->sub_epoch);
 	STAT_INC(confirms_total);
 	if (excl)
-		lockreq_hold_info(h, info, sizeof info);
+		lockhold_info(h, info, sizeof info);
 	lockdb_check(h->ln->name, h->token, h->fence,
 	    restore ? h->valid_until_ms - now : 0, excl ? info : NULL,
 	    lockcheck_cb, req);

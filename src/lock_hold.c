@@ -47,6 +47,13 @@ _Static_assert(
     STAT_lost_revoked_total - STAT_lost_expired_total == LOST_REVOKED,
     "lost_*_total in stats.h must follow enum lock_lost");
 
+/* The WHO entry h was granted with. */
+void
+lockhold_info(const struct lock_hold *h, char *info, size_t len)
+{
+	lockreq_info(h->owner, h->mode, h->limit, h->since_ms, info, len);
+}
+
 void
 lockhold_owner_init(struct lock_owner *o)
 {
@@ -576,7 +583,7 @@ lockhold_oldest_of(struct lock_name *ln, void *arg)
 /* How long the longest-held lock here has been held (ms; 0: none), for
  * an alert on a lock held too long: one walk of the name table. */
 uint64_t
-lock_oldest_hold_ms(void)
+lockhold_oldest_ms(void)
 {
 	uint64_t oldest = UINT64_MAX, now = mono_ms();
 

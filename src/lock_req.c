@@ -495,7 +495,7 @@ lock_mode_name(enum lock_mode mode, unsigned limit)
 }
 
 /* A WHO entry: "<mode> <broker> <id>@<peer> <unix ms>". */
-static void
+void
 lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
     uint64_t since_ms, char *info, size_t len)
 {
@@ -510,12 +510,6 @@ lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
 	util_cat(&p, end, o != NULL && o->peer != NULL ? o->peer : "-");
 	util_cat(&p, end, " ");
 	util_cat_u64(&p, end, since_ms);
-}
-
-void
-lockreq_hold_info(const struct lock_hold *h, char *info, size_t len)
-{
-	lockreq_info(h->owner, h->mode, h->limit, h->since_ms, info, len);
 }
 
 /*

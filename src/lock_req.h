@@ -1,6 +1,8 @@
 /*
  * lock_req: the request records every part of the engine passes around,
- * and answering a request's owner once. Built on lock_name (a request
+ * and answering a request's owner once: struct lock_owner (the engine's
+ * view of a client) and struct lock_result (what a request came to) are
+ * declared here. Built on lock_name (a request
  * refers to its name) and lock_release (an unsure try is owed to Redis
  * when freed); lock_hold, lock_queue and lock build on it, and it calls
  * none of them.
@@ -15,13 +17,74 @@
 
 #include <event2/util.h>
 
-#include "lock.h"
 #include "lock_name.h"
 #include "lockdb.h"
 #include "proto.h"
 
 struct event;
 struct event_base;
+
+enum lock_kind { LOCK_SESSION, LOCK_FIXED, LOCK_KEEP };
+
+/* How a grant shares its name (docs/protocol.md §3): lockdb's modes, in
+ * the engine's words. */
+enum lock_mode {
+	LOCK_EXCLUSIVE = LDB_EXCLUSIVE,
+	LOCK_FILL = LDB_FILL,
+	LOCK_SHARED = LDB_SHARED,
+	LOCK_LIMIT = LDB_LIMIT,
+};
+
+/* What a request came to. LOCK_ERR carries a proto_err. */
+enum lock_status {
+	LOCK_OK,
+	LOCK_TIMEOUT,
+	LOCK_CANCELLED, /* CANCEL ended its wait */
+	LOCK_DONE,	/* FILL: the leader finished */
+	LOCK_FREE,
+	LOCK_HELD,
+	LOCK_ERR
+};
+
+struct lock_result {
+	enum lock_status status;
+	enum proto_err err;  /* LOCK_ERR */
+	const char *errtext; /* LOCK_ERR */
+	uint64_t fence;	     /* ACQUIRE granted, STATUS held, VALIDATE */
+	uint64_t ttl_ms;     /* ACQUIRE granted, EXTEND, STATUS held */
+	const char *token;   /* ACQUIRE granted */
+	bool valid;	     /* VALIDATE: the fence is a holder's */
+	enum lock_mode mode; /* STATUS held */
+	unsigned limit;	     /* STATUS held LIMIT n */
+	uint64_t count;	     /* STATUS: holders; REVOKE: holders removed */
+	size_t nholders;     /* WHO; valid until done returns */
+	const struct lockdb_holder *holders;
+};
+
+struct lock_owner;
+struct lock_owner_ops {
+	/* The request in flight finished (exactly once per request). */
+	void (*done)(struct lock_owner *, const struct lock_result *);
+	/* A held lock was lost; reason as in docs/protocol.md §7. */
+	void (*lost)(struct lock_owner *, const char *name, uint64_t fence,
+	    const char *reason);
+};
+
+struct lock_hold;
+struct lock_req;
+
+/* The engine's view of one client; embedded in the client's session. */
+struct lock_owner {
+	uint64_t id;
+	const struct lock_owner_ops *ops;
+	TAILQ_HEAD(, lock_hold) holds; /* in grant order, for LOCKS */
+	unsigned nholds;
+	struct lock_req *pending; /* the request in flight, or NULL */
+	const char *peer;	  /* for WHO: "ip:port", "unix" */
+};
+
+/* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
+const char *lock_mode_name(enum lock_mode mode, unsigned limit);
 
 enum lock_op {
 	OP_ACQUIRE,
@@ -179,8 +242,10 @@ void lockreq_answer_db_error(
 #define LOCKREQ_INFO 256
 void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
     struct lockdb_ask *a, char *info, size_t len);
-/* The WHO entry h was granted with (LOCKREQ_INFO bytes). */
-void lockreq_hold_info(const struct lock_hold *h, char *info, size_t len);
+/* A WHO entry: "<mode> <broker> <id>@<peer> <since, unix ms>" (o may be
+ * NULL). */
+void lockreq_info(const struct lock_owner *o, enum lock_mode mode,
+    unsigned limit, uint64_t since_ms, char *info, size_t len);
 
 /* Free req: nothing of it may be in Redis any more, nor in a queue. */
 void lockreq_free(struct lock_req *req);
