@@ -1,7 +1,8 @@
 /*
  * test_lock: the lock engine's base, lockreq, with no network: the name
- * table (references, growth, lookup) and a request's owner answered
- * exactly once, whatever happens to the request afterwards.
+ * table (references, growth, lookup), a request's owner answered
+ * exactly once, whatever happens to the request afterwards, and a
+ * request's two states moved as lock_req.h says.
  */
 #include <check.h>
 #include <stdio.h>
@@ -130,6 +131,52 @@ START_TEST(test_answer_once)
 }
 END_TEST
 
+/* An ACQUIRE's place and way to Redis move as lock_req.h's tables say. */
+START_TEST(test_request_states)
+{
+	struct lock_owner o;
+	struct lock_req *req;
+
+	lock_owner_init(&o, 3, &ops, NULL);
+	req = lockreq_new(OP_ACQUIRE, &o, "c", "t");
+	ck_assert_int_eq(req->place, LOCKREQ_NEW);
+	ck_assert(!lockreq_in_flight(req));
+	lockreq_queue(req, 7);
+	ck_assert(lockreq_queued(req));
+	ck_assert_uint_eq(req->ticket, 7);
+	ck_assert_ptr_eq(TAILQ_FIRST(&req->ln->waiters), req);
+	lockreq_attempt(req, 100, 0);
+	ck_assert(lockreq_trying(req) && !lockreq_replicating(req));
+	ck_assert_uint_eq(req->tries, 1);
+	lockreq_replicate(req, 42);
+	ck_assert(lockreq_trying(req) && lockreq_replicating(req));
+	ck_assert_uint_eq(req->fence, 42);
+	lockreq_landed(req);
+	ck_assert(!lockreq_in_flight(req) && !lockreq_replicating(req));
+	ck_assert(req->heard);
+	/* Leaving ungranted gives back the hand-over it was to confirm. */
+	lockreq_handed(req, 9);
+	ck_assert_uint_eq(lockreq_leave(req, false), 9);
+	ck_assert_int_eq(req->place, LOCKREQ_LEFT);
+	ck_assert(TAILQ_EMPTY(&req->ln->waiters));
+	ck_assert_uint_eq(lockreq_leave(req, false), 0); /* no move */
+	ck_assert_int_eq(req->place, LOCKREQ_LEFT);
+	/* A try of it still in Redis when it left may grant it. */
+	lockreq_send_at(req, 200, 0);
+	ck_assert(lockreq_in_flight(req) && !lockreq_trying(req));
+	ck_assert_uint_eq(req->start_ms, 200);
+	lockreq_landed(req);
+	lockreq_leave(req, true);
+	ck_assert_int_eq(req->place, LOCKREQ_GRANTED);
+	lockreq_orphan(req);
+	ck_assert_ptr_null(o.pending);
+	ck_assert_ptr_null(req->owner);
+	lockreq_free_undo(req); /* answered: nothing owed */
+	ck_assert_ptr_null(lockname_find("c"));
+	lock_owner_gone(&o, false);
+}
+END_TEST
+
 /* Redis's error words reach the client's line; anything else is INTERNAL. */
 START_TEST(test_db_errors)
 {
@@ -167,6 +214,7 @@ lock_suite(void)
 	tcase_add_test(tc, test_name_table);
 	tcase_add_test(tc, test_answer_once);
 	tcase_add_test(tc, test_db_errors);
+	tcase_add_test(tc, test_request_states);
 	suite_add_tcase(s, tc);
 	return s;
 }
