@@ -27,13 +27,18 @@ struct lock_name {
 	 * them not redone). */
 	LIST_HEAD(, lock_req) asking;
 	unsigned refs;
+	/* The queue's trier (written in lock_queue.c alone). */
 	struct event *retry_ev; /* the head's next attempt; made when needed */
 	uint64_t backoff_ms;
-	bool attempting;   /* the head's attempt is in Redis */
-	bool kicked;	   /* a release was seen while it was */
-	bool retaking;	   /* the rest retake their places after its next try */
-	uint64_t revoked;  /* the last REVOKE's fence heard of (0: none) */
-	uint64_t heard[4]; /* fences another broker released or shortened */
+	bool attempting; /* the head's attempt is in Redis */
+	bool kicked;	 /* a release was seen while it was */
+	/* The rest retake their places after its next try (lock_handover.c
+	 * alone). */
+	bool retaking;
+	/* News (lock_news.c alone): the last REVOKE's fence heard of (0:
+	 * none), and fences another broker released or shortened. */
+	uint64_t revoked;
+	uint64_t heard[4];
 	unsigned nheard;
 	char name[];
 };
