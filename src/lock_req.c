@@ -52,6 +52,11 @@ lockreq_new(
  * bug, and the broker stops rather than lose track of a try in Redis or
  * a waiter in a queue.
  */
+static const char *const lockreq_redis_names[] = { "IDLE", "SENT", "TRYING",
+	"SENT_REPLICAS", "TRYING_REPLICAS" };
+static const char *const lockreq_place_names[] = { "NEW", "QUEUED", "GRANTED",
+	"LEFT" };
+
 static void
 lockreq_move_redis(struct lock_req *req, enum lockreq_redis to)
 {
@@ -67,8 +72,9 @@ lockreq_move_redis(struct lock_req *req, enum lockreq_redis to)
 	};
 
 	if (!legal[req->redis][to])
-		fatalx("lock %s: a request cannot go from %d to %d in Redis",
-		    req->ln->name, (int)req->redis, (int)to);
+		fatalx("lock %s: a request cannot go from %s to %s",
+		    req->ln->name, lockreq_redis_names[req->redis],
+		    lockreq_redis_names[to]);
 	req->redis = to;
 }
 
@@ -84,11 +90,14 @@ lockreq_move_place(struct lock_req *req, enum lockreq_place to)
 	};
 
 	if (!legal[req->place][to])
-		fatalx("lock %s: a request cannot go from place %d to %d",
-		    req->ln->name, (int)req->place, (int)to);
+		fatalx("lock %s: a request cannot go from %s to %s",
+		    req->ln->name, lockreq_place_names[req->place],
+		    lockreq_place_names[to]);
 	req->place = to;
 }
 
+/* Freed in its last answer's callback, or once nothing of it is in
+ * Redis; never while queued. */
 void
 lockreq_free(struct lock_req *req)
 {
