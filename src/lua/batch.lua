@@ -15,7 +15,7 @@
 -- (a key of another type) has that error as its reply, and a Lua error
 -- names the line of this text as Redis runs it (embed.py's expand()),
 -- not of its script; the calls after it still run. The broker sends one
--- script's calls in a batch (redisc.c: Redis checks a script against
+-- script's calls in a batch (redisc_batch.c: Redis checks a script against
 -- maxmemory only until its first write).
 --
 -- KEYS: lock /incarnation
