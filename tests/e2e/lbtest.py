@@ -46,30 +46,38 @@ def redis_conn_ports(broker, redis_port):
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
-    ports = []
-    for table in ("/proc/%d/net/tcp" % broker.proc.pid,
-                  "/proc/%d/net/tcp6" % broker.proc.pid):
+    return [port_of(cols[1])
+            for cols in tcp_rows("/proc/%d/net" % broker.proc.pid)
+            if cols[9] in inodes and cols[3] == "01" and
+            port_of(cols[2]) == redis_port]
+
+
+def tcp_rows(where="/proc/net"):
+    """The rows of the tcp and tcp6 tables in where, split in columns."""
+    for table in ("tcp", "tcp6"):
         try:
-            with open(table) as f:
+            with open(os.path.join(where, table)) as f:
                 rows = f.read().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
-            cols = row.split()
-            local, remote, state, inode = cols[1], cols[2], cols[3], cols[9]
-            if (inode in inodes and state == "01" and
-                    int(remote.rsplit(":", 1)[1], 16) == redis_port):
-                ports.append(int(local.rsplit(":", 1)[1], 16))
-    return ports
+            yield row.split()
+
+
+def port_of(addr):
+    """The port of a /proc/net/tcp address (hex) or of Redis's CLIENT
+    LIST addr= (decimal)."""
+    host, port = addr.rsplit(":", 1)
+    return int(port, 16) if ":" not in host and "." not in host else \
+        int(port)
 
 
 def command_idle_s(redis, broker):
     """How long, in whole seconds, Redis says the broker's command
     connection has sent nothing: a quiet broker shows by it."""
     ports = redis_conn_ports(broker, redis.port)
-    for l in redis("CLIENT", "LIST").splitlines():
-        f = dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
-        if int(f["addr"].rsplit(":", 1)[1]) in ports and "P" not in f["flags"]:
+    for f in redis.client_list():
+        if port_of(f["addr"]) in ports and "P" not in f["flags"]:
             return int(f["idle"])
     return None
 
@@ -85,20 +93,9 @@ def tcp_sockets(port, peer_port):
     """(state, unread bytes) of each loopback socket on port connected to
     peer_port (/proc/net/tcp): shows what reached a stopped or stalled
     process, which cannot say so itself."""
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            local, remote = cols[1], cols[2]
-            if (int(local.rsplit(":", 1)[1], 16) == port and
-                    int(remote.rsplit(":", 1)[1], 16) == peer_port):
-                out.append((int(cols[3], 16), int(cols[4].split(":")[1], 16)))
-    return out
+    return [(int(cols[3], 16), int(cols[4].split(":")[1], 16))
+            for cols in tcp_rows()
+            if port_of(cols[1]) == port and port_of(cols[2]) == peer_port]
 
 
 def tcp_unread(port, peer_port):
@@ -353,6 +350,11 @@ class Redis:
             return r(*args)
         finally:
             r.close()
+
+    def client_list(self):
+        """CLIENT LIST, a dict of its fields for each connection."""
+        return [dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
+                for l in self("CLIENT", "LIST").splitlines()]
 
     def calls(self, *commands):
         """How many times it has run these commands (INFO commandstats)."""

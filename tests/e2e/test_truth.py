@@ -18,7 +18,8 @@ import tempfile
 import time
 
 from lbtest import (LATE, SLOW, BrokerTest, Redis, Resp, holds_for, main,
-                    redis_conn_ports, tcp_unread, wait_for, wait_until)
+                    port_of, redis_conn_ports, tcp_unread, wait_for,
+                    wait_until)
 
 ADMIN = "adm1n-secret"
 OK_RE = r"^OK (\d+) (\d+) (\S+)$"
@@ -135,11 +136,8 @@ class TruthBase(BrokerTest):
     def blocked(self, broker):
         """True when a Redis connection of broker's is held by a pause."""
         ports = redis_conn_ports(broker, self.redis.port)
-        for l in self.redis("CLIENT", "LIST").splitlines():
-            f = dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
-            if int(f["addr"].rsplit(":", 1)[1]) in ports and "b" in f["flags"]:
-                return True
-        return False
+        return any(port_of(f["addr"]) in ports and "b" in f["flags"]
+                   for f in self.redis.client_list())
 
     def admin(self, broker):
         c = self.client(broker)
