@@ -1737,6 +1737,52 @@ START_TEST(test_wait_replicas_regrant)
 }
 END_TEST
 
+/* Whose grant comes late after its replicas' WAIT: the trier's own try,
+ * or the take of a waiter behind it. */
+static const struct {
+	int owner;
+	bool behind;
+} late_replicas[] = { { 1, false }, { 2, true } };
+
+/* A grant given back for coming late leaves its waiter queued, and the
+ * waiter's next grant waits for the replicas as the first did: it is
+ * answered only once their WAIT is. */
+START_TEST(test_wait_replicas_after_late_grant)
+{
+	struct lock_acquire_args a = args(100, -1), w = args(0, -1);
+	int i = late_replicas[_i].owner;
+	struct fake_call *c;
+	char want[32];
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	cf.redis.wait_replicas = 1;
+	if (late_replicas[_i].behind)
+		waits(1, "a", &w);
+	ck_assert_int_eq(acquire(i, "a", &a), 0);
+	fake_grant(expect(FAKE_ACQUIRE, "a"), 4);
+	c = expect(FAKE_WAIT, "a");
+	run_ms(100); /* past the lease the grant was asked for */
+	fake_grant(c, 1);
+	ck_assert_str_eq(told_take(), ""); /* late: given back */
+	fake_reply(expect(FAKE_RELEASE, "a"), LDB_OK);
+	ck_assert(wait_calls(1)); /* it asks again, still queued */
+	c = expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(c->ask.ticket, (uint64_t)i);
+	fake_grant(c, 5);
+	/* The trier asks along with the take; Redis answers in order. */
+	if (late_replicas[_i].behind)
+		fake_refuse(expect(FAKE_ACQUIRE, "a"), 100, 5);
+	ck_assert_str_eq(told_take(), ""); /* not before the replicas */
+	c = expect(FAKE_WAIT, "a");
+	ck_assert_ptr_null(hold_of(i, "a"));
+	fake_grant(c, 1);
+	snprintf(want, sizeof want, "%d OK fence=5 ttl=100", i);
+	ck_assert_str_eq(told_take(), want);
+	ck_assert_uint_eq(hold_of(i, "a")->fence, 5);
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 /* -- The same token again -- */
 
 /* From another connection: no queue, the same fence back, and a shorter
@@ -3183,6 +3229,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_late_grant_waiter);
 	LOOP(test_wait_replicas, replicas);
 	tcase_add_test(tc, test_wait_replicas_regrant);
+	LOOP(test_wait_replicas_after_late_grant, late_replicas);
 	tcase_add_test(tc, test_same_token_regrant);
 	tcase_add_test(tc, test_same_token_late);
 	tcase_add_test(tc, test_same_token_own_connection);
