@@ -116,7 +116,7 @@ def stopped(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def wait_until(pred, timeout=10.0, what=None, step=0.05):
+def wait_until(pred, timeout=10.0, what=None, step=0.02):
     """pred's first true value, polled at once and then every few ms
     (growing to step): as quick as the event, light on a loaded machine.
     Fails after timeout seconds (more under a wrapper), naming what."""
@@ -152,7 +152,7 @@ def holds_for(pred, seconds, what, step=0.05):
         raise AssertionError("after %.2f s: no longer %s" % (broken[0], what))
 
 
-def wait_for(pred, timeout=10.0, step=0.05, what=None):
+def wait_for(pred, timeout=10.0, step=0.01, what=None):
     """wait_until under its older name."""
     return wait_until(pred, timeout, what, step)
 
