@@ -22,6 +22,7 @@
 #include "lock_check.h"
 #include "lock_hold.h"
 #include "lock_req.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -215,7 +216,7 @@ void
 lockcheck_new_incarnation(uint64_t now, uint64_t stale_in_ms)
 {
 	chk.changed_ms = now;
-	lockreq_timer(chk.stale_ev, stale_in_ms);
+	locktimer_add(chk.stale_ev, stale_in_ms);
 	lockname_foreach(lockcheck_stale_name, NULL);
 }
 
@@ -229,7 +230,7 @@ lockcheck_granted(struct lock_hold *h, uint64_t start_ms)
 		h->stale = true;
 		lockcheck_hold(h);
 		if (!evtimer_pending(chk.stale_ev, NULL))
-			lockreq_timer(chk.stale_ev, 0);
+			locktimer_add(chk.stale_ev, 0);
 	}
 }
 

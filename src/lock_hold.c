@@ -23,6 +23,7 @@
 #include "lock_hold.h"
 #include "lock_release.h"
 #include "lock_req.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -73,7 +74,7 @@ lockhold_arm(struct lock_hold *h)
 {
 	uint64_t now = mono_ms();
 
-	lockreq_timer(h->expire_ev,
+	locktimer_add(h->expire_ev,
 	    h->valid_until_ms > now ? h->valid_until_ms - now : 0);
 }
 
@@ -336,7 +337,7 @@ lockhold_renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct lock_owner *o = h->owner;
 
 	/* Every third of the lease in force now (a reload may change it). */
-	lockreq_timer(h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
+	locktimer_add(h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
 	if (h->renewing != NULL)
 		return; /* the last one is still out; its answer decides */
 	if (o->pending != NULL && o->pending->ln == h->ln &&
@@ -469,7 +470,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 		if (max_hold > 0) {
 			h->maxhold_ev =
 			    lockhold_event(h, lockhold_maxhold_cb, false);
-			lockreq_timer(h->maxhold_ev, max_hold);
+			locktimer_add(h->maxhold_ev, max_hold);
 		}
 	}
 	h->kind = req->kind;
@@ -484,7 +485,7 @@ lockhold_set(struct lock_owner *o, struct lock_req *req, uint64_t fence)
 	lockhold_same_grant(h);
 	if (h->kind == LOCK_SESSION && h->renew_ev == NULL) {
 		h->renew_ev = lockhold_event(h, lockhold_renew_timer_cb, false);
-		lockreq_timer(
+		locktimer_add(
 		    h->renew_ev, (uint64_t)hold.cf->locks.lease_ms / 3);
 	} else if (h->kind != LOCK_SESSION && h->renew_ev != NULL) {
 		event_free(h->renew_ev);

@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "lock_name.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -170,9 +171,8 @@ static void
 lockname_trim_cb(evutil_socket_t fd, short what, void *arg)
 {
 	size_t now = names.nnames + names.nreqs;
-	struct timeval tv = util_timeval(LOCKNAME_TRIM_S * 1000);
 
-	evtimer_add(names.trim_ev, &tv);
+	locktimer_add(names.trim_ev, LOCKNAME_TRIM_S * 1000);
 	if (names.peak < 4096 || now > names.peak / 2)
 		return;
 	malloc_trim(0);
@@ -182,14 +182,12 @@ lockname_trim_cb(evutil_socket_t fd, short what, void *arg)
 void
 lockname_init(struct event_base *base)
 {
-	struct timeval tv = util_timeval(LOCKNAME_TRIM_S * 1000);
-
 	memset(&names, 0, sizeof names);
 	names.nbuckets = LOCKNAME_BUCKETS;
 	names.buckets = xcalloc(names.nbuckets, sizeof *names.buckets);
 	if ((names.trim_ev = evtimer_new(base, lockname_trim_cb, NULL)) == NULL)
 		fatalx("lock: evtimer_new failed");
-	evtimer_add(names.trim_ev, &tv);
+	locktimer_add(names.trim_ev, LOCKNAME_TRIM_S * 1000);
 }
 
 void

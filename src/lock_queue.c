@@ -22,6 +22,7 @@
 #include "lock_queue.h"
 #include "lock_release.h"
 #include "lock_req.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -47,7 +48,7 @@ lockq_retry_at(struct lock_name *ln, uint64_t ms)
 	if (ln->retry_ev == NULL &&
 	    (ln->retry_ev = evtimer_new(q.base, lockq_retry_cb, ln)) == NULL)
 		fatalx("lock: evtimer_new failed");
-	lockreq_timer(ln->retry_ev, ms);
+	locktimer_add(ln->retry_ev, ms);
 }
 
 void

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "lockdb.h"
 #include "lock_release.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "proto.h"
 #include "stats.h"
@@ -68,10 +69,7 @@ lockrel_done_ms(void)
 static void
 lockrel_retry_later(void)
 {
-	struct timeval tv =
-	    util_timeval((uint64_t)rel.cf->redis.command_timeout_ms);
-
-	evtimer_add(rel.retry_ev, &tv);
+	locktimer_add(rel.retry_ev, (uint64_t)rel.cf->redis.command_timeout_ms);
 }
 
 /* Keep r to do when Redis is back; r is the list's now. */

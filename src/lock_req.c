@@ -16,6 +16,7 @@
 #include "lock_name.h"
 #include "lock_req.h"
 #include "lock_release.h"
+#include "lock_timer.h"
 #include "log.h"
 #include "stats.h"
 #include "util.h"
@@ -350,7 +351,7 @@ lockreq_deadline(struct lock_req *req,
 	if (req->deadline_ev == NULL &&
 	    (req->deadline_ev = evtimer_new(base, fn, req)) == NULL)
 		fatalx("lock: evtimer_new failed");
-	lockreq_timer(req->deadline_ev, ms);
+	locktimer_add(req->deadline_ev, ms);
 }
 
 void
@@ -474,14 +475,6 @@ lockreq_answer_db_error(struct lock_req *req, const struct lockdb_reply *r)
 	else
 		lockreq_answer_err(
 		    req, PERR_INTERNAL, "unexpected reply from Redis");
-}
-
-void
-lockreq_timer(struct event *ev, uint64_t ms)
-{
-	struct timeval tv = util_timeval(ms);
-
-	evtimer_add(ev, &tv);
 }
 
 const char *

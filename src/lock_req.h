@@ -353,7 +353,4 @@ void lockreq_unask(struct lock_req *req);
  * or in Redis must not be done after it (it would delete this grant). */
 void lockreq_token_asks(const struct lock_req *req);
 
-/* A one-shot timer ms from now. */
-void lockreq_timer(struct event *ev, uint64_t ms);
-
 #endif

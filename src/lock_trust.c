@@ -35,6 +35,7 @@
 #include "lockdb.h"
 #include "lock_check.h"
 #include "lock_req.h"
+#include "lock_timer.h"
 #include "lock_trust.h"
 #include "log.h"
 #include "stats.h"
@@ -150,7 +151,7 @@ locktrust_incarnation_cb(const struct lockdb_inc *inc)
 	locktrust_clock(inc, now);
 	if (inc->sent_ms > trust_.vouched_ms)
 		trust_.vouched_ms = inc->sent_ms;
-	lockreq_timer(trust_.trust_ev,
+	locktimer_add(trust_.trust_ev,
 	    trust_.vouched_ms + trust > now ? trust_.vouched_ms + trust - now
 					    : 0);
 }
@@ -159,8 +160,6 @@ void
 locktrust_init(struct event_base *base, const struct config *cf,
     locktrust_forgot_fn *forgot)
 {
-	struct timeval beat;
-
 	trust_.cf = cf;
 	trust_.forgot = forgot;
 	trust_.vouched_ms = 0;
@@ -169,8 +168,7 @@ locktrust_init(struct event_base *base, const struct config *cf,
 	    event_new(base, -1, EV_PERSIST, locktrust_beat_cb, NULL);
 	if (trust_.trust_ev == NULL || trust_.beat_ev == NULL)
 		fatalx("lock: evtimer_new failed");
-	beat = util_timeval((uint64_t)cf->redis.trust_ms / 4);
-	evtimer_add(trust_.beat_ev, &beat);
+	locktimer_add(trust_.beat_ev, (uint64_t)cf->redis.trust_ms / 4);
 	lockdb_on_incarnation(locktrust_incarnation_cb);
 }
 

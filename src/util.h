@@ -1,6 +1,7 @@
 /*
- * util: the monotonic clock, random tokens and printf-free decimal
- * strings. Depends on nothing else.
+ * util: the monotonic clock (util_clock.c, which a test may replace with
+ * a virtual one), random tokens and printf-free decimal strings (util.c).
+ * Depends on nothing else.
  */
 #ifndef LB_UTIL_H
 #define LB_UTIL_H

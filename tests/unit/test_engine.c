@@ -2,8 +2,9 @@
  * test_engine: the lock engine (lbengine) driven without Redis, through
  * the scripted stand-in fake_lockdb. Each test makes requests as clients
  * would, answers what the engine asks of lockdb (in order, late, or
- * never), runs the event loop so its timers fire, and checks what the
- * owners were told and what the engine asked, in order.
+ * never), moves the virtual clock of fake_clock on so the engine's timers
+ * fire (nothing waits in real time), and checks what the owners were told
+ * and what the engine asked, in order.
  *
  * What owners are told is kept as text, one entry per done() or lost():
  * "1 OK fence=7 ttl=10000", "2 TIMEOUT", "1 LOST a 7 expired".
@@ -18,6 +19,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "fake_clock.h"
 #include "fake_lockdb.h"
 #include "lock.h"
 #include "lock_name.h"
@@ -26,7 +28,7 @@
 #include "util.h"
 
 #define NOWNERS 5
-#define WAIT_MAX_MS 5000 /* generous: valgrind is slow; never reached */
+#define WAIT_MAX_MS 5000 /* virtual: a bound on a wait that never ends */
 
 static struct config cf;
 static struct event_base *base;
@@ -203,14 +205,11 @@ expect_find(enum fake_op op, const char *name)
 	return c;
 }
 
-/* Run the loop for about ms. */
+/* Let ms of virtual time pass: every timer due by then fires, in order. */
 static void
 run_ms(unsigned ms)
 {
-	struct timeval tv = util_timeval(ms);
-
-	event_base_loopexit(base, &tv);
-	event_base_dispatch(base);
+	fakeclock_advance(ms);
 }
 
 /* Run the loop until lockdb has n calls pending (false: it never did). */
@@ -294,8 +293,6 @@ names_alive(void)
 static void
 setup(void)
 {
-	struct event_config *ec;
-
 	log_init(LOG_LVL_ERROR, false);
 	fake_reset();
 	config_defaults(&cf);
@@ -303,14 +300,9 @@ setup(void)
 	cf.locks.retry_min_ms = 5;
 	cf.locks.retry_max_ms = 40;
 	cf.redis.command_timeout_ms = 50;
-	/* As the daemon does: timers on the precise monotonic clock, which
-	 * the engine's mono_ms() reads too. */
-	ec = event_config_new();
-	ck_assert_ptr_nonnull(ec);
-	event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
-	base = event_base_new_with_config(ec);
-	event_config_free(ec);
+	base = event_base_new();
 	ck_assert_ptr_nonnull(base);
+	fakeclock_reset(base);
 	lock_init(base, &cf);
 	memset(owners, 0, sizeof owners);
 	for (int i = 1; i <= NOWNERS; i++)
@@ -1589,11 +1581,10 @@ END_TEST
 START_TEST(test_settle_before_reading)
 {
 	struct lock_acquire_args a = args(50, -1), b = args(10000, -1);
-	struct timespec pause = { 0, 60 * 1000 * 1000 };
 
 	hold(1, "a", &a, 3);
 	hold(1, "b", &b, 4);
-	nanosleep(&pause, NULL); /* no loop turn: no timer has run */
+	fakeclock_skip(60); /* no loop turn: no timer has run */
 	ck_assert_ptr_nonnull(hold_of(1, "a"));
 	lock_owner_settle(O(1));
 	ck_assert_str_eq(told_take(), "1 LOST a 3 expired");
