@@ -240,9 +240,7 @@ lockcheck_init(struct event_base *base, const struct config *cf)
 	chk.base = base;
 	chk.cf = cf;
 	chk.changed_ms = 0;
-	chk.stale_ev = evtimer_new(base, lockcheck_stale_cb, NULL);
-	if (chk.stale_ev == NULL)
-		fatalx("lock: evtimer_new failed");
+	chk.stale_ev = locktimer_new(base, 0, lockcheck_stale_cb, NULL);
 }
 
 void

@@ -185,8 +185,7 @@ lockname_init(struct event_base *base)
 	memset(&names, 0, sizeof names);
 	names.nbuckets = LOCKNAME_BUCKETS;
 	names.buckets = xcalloc(names.nbuckets, sizeof *names.buckets);
-	if ((names.trim_ev = evtimer_new(base, lockname_trim_cb, NULL)) == NULL)
-		fatalx("lock: evtimer_new failed");
+	names.trim_ev = locktimer_new(base, 0, lockname_trim_cb, NULL);
 	locktimer_add(names.trim_ev, LOCKNAME_TRIM_S * 1000);
 }
 

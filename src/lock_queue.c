@@ -45,9 +45,8 @@ static void lockq_retry_cb(evutil_socket_t fd, short what, void *arg);
 static void
 lockq_retry_at(struct lock_name *ln, uint64_t ms)
 {
-	if (ln->retry_ev == NULL &&
-	    (ln->retry_ev = evtimer_new(q.base, lockq_retry_cb, ln)) == NULL)
-		fatalx("lock: evtimer_new failed");
+	if (ln->retry_ev == NULL)
+		ln->retry_ev = locktimer_new(q.base, 0, lockq_retry_cb, ln);
 	locktimer_add(ln->retry_ev, ms);
 }
 

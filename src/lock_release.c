@@ -245,9 +245,7 @@ lockrel_init(struct event_base *base, const struct config *cf,
 	rel.released = released;
 	TAILQ_INIT(&rel.owed);
 	TAILQ_INIT(&rel.sending);
-	rel.retry_ev = evtimer_new(base, lockrel_retry_cb, NULL);
-	if (rel.retry_ev == NULL)
-		fatalx("lock: evtimer_new failed");
+	rel.retry_ev = locktimer_new(base, 0, lockrel_retry_cb, NULL);
 	lockdb_on_connect(lockrel_redis_up, NULL);
 }
 

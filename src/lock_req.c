@@ -348,9 +348,8 @@ void
 lockreq_deadline(struct lock_req *req,
     void (*fn)(evutil_socket_t, short, void *), uint64_t ms)
 {
-	if (req->deadline_ev == NULL &&
-	    (req->deadline_ev = evtimer_new(base, fn, req)) == NULL)
-		fatalx("lock: evtimer_new failed");
+	if (req->deadline_ev == NULL)
+		req->deadline_ev = locktimer_new(base, 0, fn, req);
 	locktimer_add(req->deadline_ev, ms);
 }
 

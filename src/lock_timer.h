@@ -10,7 +10,22 @@
 
 #include <stdint.h>
 
-struct event;
+#include <event2/event.h>
+
+#include "log.h"
+
+/* A timer for the engine (flags 0, or EV_PERSIST to fire every ms once
+ * armed); it cannot fail. */
+static inline struct event *
+locktimer_new(
+    struct event_base *base, short flags, event_callback_fn fn, void *arg)
+{
+	struct event *ev = event_new(base, -1, flags, fn, arg);
+
+	if (ev == NULL)
+		fatalx("lock: event_new failed");
+	return ev;
+}
 
 /* Arm ev (made with evtimer_new or event_new) to fire ms from now; a
  * persistent event (EV_PERSIST) fires every ms from then on. */

@@ -163,11 +163,9 @@ locktrust_init(struct event_base *base, const struct config *cf,
 	trust_.cf = cf;
 	trust_.forgot = forgot;
 	trust_.vouched_ms = 0;
-	trust_.trust_ev = evtimer_new(base, locktrust_lost_cb, NULL);
+	trust_.trust_ev = locktimer_new(base, 0, locktrust_lost_cb, NULL);
 	trust_.beat_ev =
-	    event_new(base, -1, EV_PERSIST, locktrust_beat_cb, NULL);
-	if (trust_.trust_ev == NULL || trust_.beat_ev == NULL)
-		fatalx("lock: evtimer_new failed");
+	    locktimer_new(base, EV_PERSIST, locktrust_beat_cb, NULL);
 	locktimer_add(trust_.beat_ev, (uint64_t)cf->redis.trust_ms / 4);
 	lockdb_on_incarnation(locktrust_incarnation_cb);
 }
