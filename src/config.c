@@ -147,13 +147,19 @@ config_check_admin(struct config_load *ld)
 	    "must differ from auth.secret");
 }
 
-/* Sentinels and a master name only make sense together. */
+/* Sentinels and a master name only make sense together, and a
+ * cluster's seed nodes with neither. */
 static int
 config_check_sentinel(struct config_load *ld)
 {
 	const struct config_redis *r = &ld->cf->redis;
 	const struct config_key *k;
 
+	if (r->ncluster > 0 && (r->nsentinels > 0 || r->unix_path[0] != '\0')) {
+		k = config_key_find("redis.cluster");
+		return config_error(ld, ld->where[k - config_keys], k->name,
+		    "a cluster's nodes are found by address: not with redis.sentinels or redis.unix");
+	}
 	if ((r->nsentinels > 0) == (r->master_name[0] != '\0'))
 		return 0;
 	k = config_key_find(

@@ -36,6 +36,8 @@ struct config_redis {
 	char *sentinels[CONFIG_MAX_SENTINELS]; /* "host:port" strings */
 	int nsentinels;
 	char *master_name;   /* "" */
+	char *cluster[CONFIG_MAX_SENTINELS]; /* a cluster's seed nodes */
+	int ncluster;
 	int wait_replicas;   /* 0, 0..100 */
 	bool allow_eviction; /* grant from a Redis that may evict keys */
 	int trust_ms;	     /* 5000, 100..600000 */

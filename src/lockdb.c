@@ -84,6 +84,8 @@ lockdb_info_cb(const redisReply *r, void *arg)
 		lockdb_incarnation();
 		return;
 	}
+	if (strstr(r->str, "cluster_enabled:1") != NULL)
+		redisc_cluster_found((int)(intptr_t)arg);
 	lockdb.told_eviction = false; /* said again at every connect */
 	lockdb.refusal[0] = '\0';
 	lockdb_policy(r->str);
@@ -145,11 +147,11 @@ lockdb_replicas_cb(const redisReply *r, void *arg)
 }
 
 static void
-lockdb_connected(void *arg)
+lockdb_connected(int node, void *arg)
 {
-	const char *argv[5] = { "INFO", "server", "memory", "persistence",
-		"replication" };
-	size_t lens[5] = { 4, 6, 6, 11, 11 };
+	const char *argv[6] = { "INFO", "server", "memory", "persistence",
+		"replication", "cluster" };
+	size_t lens[6] = { 4, 6, 6, 11, 11, 7 };
 	const char *cfg[4] = { "CONFIG", "GET", "min-replicas-to-write",
 		"min-replicas-max-lag" };
 	size_t clens[4] = { 6, 3, 21, 20 };
@@ -159,8 +161,9 @@ lockdb_connected(void *arg)
 	lockdb.asking = false; /* an answer on the old connection is gone */
 	lockdb.checked = false;
 	lockdb.min_replicas = false;
-	redisc_command(4, cfg, clens, lockdb_replicas_cb, NULL);
-	redisc_command(5, argv, lens, lockdb_info_cb, NULL);
+	redisc_command_on(node, 4, cfg, clens, lockdb_replicas_cb, NULL);
+	redisc_command_on(
+	    node, 6, argv, lens, lockdb_info_cb, (void *)(intptr_t)node);
 	if (lockdb.up_fn != NULL)
 		lockdb.up_fn(lockdb.up_arg);
 }

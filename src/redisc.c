@@ -24,6 +24,7 @@
 #include "redisc.h"
 #include "redisc_int.h"
 #include "resp.h"
+#include "slot.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -50,10 +51,16 @@ redisc_sub_up(void)
 	return rc.msg_cb == NULL || rc.sub.up;
 }
 
+/* The one Redis is up; a cluster's map is known and its nodes up. */
 bool
 redisc_up(void)
 {
-	return rc.cmd.up;
+	if (!rc.cluster)
+		return rc.node[0].conn.up;
+	for (int i = 0; i < rc.nnodes; i++)
+		if (rc.node[i].in_map && !rc.node[i].conn.up)
+			return false;
+	return rc.mapped;
 }
 
 bool
@@ -108,17 +115,16 @@ redisc_arm_timeout(void)
  * Close it and reconnect rather than wait for TCP to notice.
  */
 static void
-redisc_check_hung(uint64_t now)
+redisc_check_hung(struct redisc_conn *conn, uint64_t now)
 {
 	uint64_t quiet =
 	    REDISC_HUNG_TIMEOUTS * (uint64_t)rc.cf->command_timeout_ms;
-	redisAsyncContext *ac = rc.cmd.ac;
 
-	if (ac == NULL || !rc.cmd.up || now - rc.cmd_last_reply_ms < quiet)
+	if (conn->ac == NULL || !conn->up || now - conn->last_reply_ms < quiet)
 		return;
-	log_warnx("redis command: no reply for %llu ms; reconnecting",
-	    (unsigned long long)(now - rc.cmd_last_reply_ms));
-	redisc_drop(&rc.cmd);
+	log_warnx("redis %s: no reply for %llu ms; reconnecting", conn->what,
+	    (unsigned long long)(now - conn->last_reply_ms));
+	redisc_drop(conn);
 }
 
 static void
@@ -133,7 +139,7 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		log_debug("redis: request timed out after %d ms",
 		    rc.cf->command_timeout_ms);
 		redisc_answer(req, NULL);
-		redisc_check_hung(now);
+		redisc_check_hung(&rc.node[req->node].conn, now);
 	}
 	redisc_arm_timeout();
 }
@@ -212,21 +218,26 @@ redisc_is_noscript(const redisReply *r)
 static int redisc_send(struct redisc_req *req, bool by_sha);
 static void redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 
-/* Queue argv on the command connection, sent at the end of the turn. */
+/* Queue argv on its node's connection, sent at the end of the turn. */
 static int
 redisc_write(
     struct redisc_req *req, int argc, char *const *argv, const size_t *lens)
 {
 	static char buf[65536]; /* a batch of calls fits */
 	size_t len = resp_format(buf, sizeof buf, argc, argv, lens);
+	redisAsyncContext *ac = rc.node[req->node].conn.ac;
 	int rv;
 
+	/* ASK: this once, the node that imports the slot takes it. */
+	if (req->asking &&
+	    redisAsyncCommand(ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
 	if (len > 0)
 		rv = redisAsyncFormattedCommand(
-		    rc.cmd.ac, redisc_reply_cb, req, buf, len);
+		    ac, redisc_reply_cb, req, buf, len);
 	else
-		rv = redisAsyncCommandArgv(rc.cmd.ac, redisc_reply_cb, req,
-		    argc, (const char **)argv, lens);
+		rv = redisAsyncCommandArgv(
+		    ac, redisc_reply_cb, req, argc, (const char **)argv, lens);
 	return rv == REDIS_OK ? 0 : -1;
 }
 
@@ -238,14 +249,18 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 
 	if (reply != NULL) {
 		uint64_t now = mono_us();
+		struct redisc_conn *conn = ac->data;
 
-		rc.cmd_last_reply_ms = now / 1000;
+		conn->last_reply_ms = now / 1000;
 		stats_observe(HIST_redis_rtt_seconds, now - req->sent_us);
 	}
 	if (req->answered) {
 		redisc_req_free(req);
 		return;
 	}
+	if (rc.cluster && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+	    redisc_cluster_redirect(req, reply))
+		return;
 	/* SCRIPT FLUSH or a new server: run the body, which caches it again. */
 	if (redisc_is_noscript(reply) && !req->retried && req->script != NULL) {
 		STAT_INC(redis_noscript_total);
@@ -266,8 +281,11 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 static int
 redisc_send(struct redisc_req *req, bool by_sha)
 {
-	if (rc.cmd.ac == NULL || !rc.cmd.up)
+	int node = redisc_route(req);
+
+	if (node < 0 || rc.node[node].conn.ac == NULL || !rc.node[node].conn.up)
 		return -1;
+	req->node = node;
 	STAT_INC(redis_requests_total);
 	if (req->script == NULL) /* a plain command: argv[2] on */
 		return redisc_write(
@@ -312,6 +330,7 @@ redisc_req_new(int n, const char *const *args, const size_t *lens,
 	} else
 		req = xcalloc(1, bytes);
 	req->size = bytes;
+	req->slot = -1;
 	req->cb = cb;
 	req->arg = arg;
 	req->argc = (int)argc;
@@ -334,8 +353,29 @@ void
 redisc_command(int n, const char *const *args, const size_t *lens,
     redisc_cb *cb, void *arg)
 {
+	redisc_command_on(0, n, args, lens, cb, arg);
+}
+
+void
+redisc_command_on(int node, int n, const char *const *args, const size_t *lens,
+    redisc_cb *cb, void *arg)
+{
+	struct redisc_req *req = redisc_req_new(n, args, lens, cb, arg);
+
+	req->node = node;
 	redisc_flush();
-	redisc_submit(redisc_req_new(n, args, lens, cb, arg));
+	redisc_submit(req);
+}
+
+void
+redisc_command_slot(int slot, int n, const char *const *args,
+    const size_t *lens, redisc_cb *cb, void *arg)
+{
+	struct redisc_req *req = redisc_req_new(n, args, lens, cb, arg);
+
+	req->slot = slot;
+	redisc_flush();
+	redisc_submit(req);
 }
 
 void
@@ -358,7 +398,10 @@ redisc_eval(struct redisc_script *script, int nkeys, int n,
 	req = redisc_req_new(n + 1, argv, alens, cb, arg);
 	req->script = script;
 	req->nkeys = nkeys;
-	if (script->batch == NULL || !rc.cmd.up) {
+	if (nkeys > 0)
+		req->slot = slot_of_key(args[0], lens[0]);
+	/* A cluster's batch would carry keys of several slots. */
+	if (script->batch == NULL || rc.cluster || !rc.node[0].conn.up) {
 		redisc_flush();
 		redisc_submit(req);
 		return;
@@ -392,6 +435,18 @@ redisc_send_tracked(struct redisc_req *req)
 		redisc_fail_later(req);
 }
 
+/* Sent again where its slot is now; freed if it was answered (its
+ * deadline passed) meanwhile. */
+void
+redisc_resend(struct redisc_req *req)
+{
+	if (req->answered) {
+		redisc_req_free(req);
+		return;
+	}
+	redisc_send_tracked(req);
+}
+
 /* In flight from now, with its deadline; failed from the loop if unsent. */
 void
 redisc_submit(struct redisc_req *req)
@@ -408,9 +463,8 @@ redisc_init(struct event_base *base, const struct config_redis *cf)
 	rc.cf = cf;
 	TAILQ_INIT(&rc.inflight);
 	redisc_conn_init(
-	    &rc.cmd, "command", redisc_cmd_setup, redisc_target_master);
-	redisc_conn_init(
-	    &rc.sub, "subscriber", redisc_sub_setup, redisc_target_master);
+	    &rc.sub, "subscriber", redisc_sub_setup, redisc_target_sub);
+	redisc_cluster_init();
 	redisc_conn_init(&rc.sent, "sentinel", redisc_sentinel_setup,
 	    redisc_target_sentinel);
 	if ((rc.timeout_ev = evtimer_new(base, redisc_timeout_cb, NULL)) ==
@@ -434,7 +488,7 @@ redisc_stop(void)
 	rc.stopping = true;
 	redisc_conn_close(&rc.sent);
 	redisc_conn_close(&rc.sub);
-	redisc_conn_close(&rc.cmd);
+	redisc_cluster_stop();
 	/* Calls held for a batch were never sent. The command connection is
 	 * down now: a call their answers make is not held, it fails. */
 	nheld = rc.nbatch;

@@ -45,8 +45,9 @@ typedef void redisc_msg_cb(
     const char *channel, const char *msg, size_t len, void *arg);
 
 void redisc_init(struct event_base *base, const struct config_redis *cf);
-/* Called each time the command connection is (re)established. */
-void redisc_on_connect(void (*fn)(void *), void *arg);
+/* Called each time a node's command connection is (re)established: the
+ * one Redis is node 0, a cluster has one node per master. */
+void redisc_on_connect(void (*fn)(int node, void *), void *arg);
 /* One or two channels (channel2 may be NULL) on a second connection; set
  * before redisc_connect. */
 void redisc_subscribe(
@@ -54,6 +55,13 @@ void redisc_subscribe(
 /* Register a script; it is loaded at every (re)connect. */
 void redisc_script_add(struct redisc_script *script);
 void redisc_connect(void);
+/* A node said it is a cluster's (INFO's cluster_enabled:1): requests go
+ * to the masters that serve their slots from now on. */
+void redisc_cluster_found(int node);
+/* Whether the Redis is a cluster (configured, or found). */
+bool redisc_cluster(void);
+/* How many masters serve slots in the cluster's map. */
+int redisc_masters(void);
 void redisc_stop(void);
 bool redisc_up(void);
 /* Whether the subscriber connection is up (or not used). */
@@ -72,8 +80,16 @@ bool redisc_idle(void);
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
 
-/* A plain command (args[0] is the verb); arguments are copied. */
+/* A plain command (args[0] is the verb) to node 0; arguments are
+ * copied. */
 void redisc_command(int n, const char *const *args, const size_t *lens,
     redisc_cb *cb, void *arg);
+/* The same, to a node (as redisc_on_connect names them). */
+void redisc_command_on(int node, int n, const char *const *args,
+    const size_t *lens, redisc_cb *cb, void *arg);
+/* The same, to the node that serves a slot (slot.h): WAIT after a write
+ * goes where the write went. */
+void redisc_command_slot(int slot, int n, const char *const *args,
+    const size_t *lens, redisc_cb *cb, void *arg);
 
 #endif

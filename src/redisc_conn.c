@@ -25,6 +25,14 @@
 #include "xmalloc.h"
 
 static void redisc_schedule_reconnect(struct redisc_conn *conn);
+
+/* redis.unix is the one Redis's socket: never a Sentinel's, nor a
+ * cluster's (whose nodes are found by address). */
+static bool
+redisc_on_unix(const struct redisc_conn *conn)
+{
+	return conn != &rc.sent && !rc.cluster && rc.cf->unix_path[0] != '\0';
+}
 static void redisc_set_up(struct redisc_conn *conn, bool up);
 
 /* Close conn now, without waiting for the replies still owed (those
@@ -181,9 +189,9 @@ redisc_where(struct redisc_conn *conn, char *buf, size_t len)
 	char host[256];
 	int port;
 
-	if (conn != &rc.sent && rc.cf->unix_path[0] != '\0')
+	if (redisc_on_unix(conn))
 		snprintf(buf, len, "%s", rc.cf->unix_path);
-	else if (conn->target(host, sizeof host, &port) == 0)
+	else if (conn->target(conn, host, sizeof host, &port) == 0)
 		snprintf(buf, len, "%s:%d", host, port);
 	else
 		snprintf(buf, len, "(master unknown)");
@@ -195,7 +203,7 @@ redisc_set_up(struct redisc_conn *conn, bool up)
 {
 	conn->up = up;
 	/* Up is lockdb's to say (once it knows the incarnation). */
-	if (conn == &rc.cmd && !up)
+	if (conn->node >= 0 && !up)
 		STAT_SET(redis_up, 0);
 }
 
@@ -216,7 +224,7 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	}
 	conn->connected = true;
 	/* TCP only: on a Unix socket it fails and marks the context bad. */
-	if (conn == &rc.sent || rc.cf->unix_path[0] == '\0')
+	if (!redisc_on_unix(conn))
 		redisEnableKeepAlive((redisContext *)&ac->c);
 	log_info("redis %s: connected to %s", conn->what,
 	    redisc_where(conn, where, sizeof where));
@@ -231,17 +239,18 @@ redisc_conn_ready(struct redisc_conn *conn)
 	evtimer_del(conn->connect_timeout_ev);
 	redisc_set_up(conn, true);
 	conn->attempts = 0;
-	if (conn != &rc.cmd)
+	if (conn->node < 0)
 		return;
 	/* Not before AUTH is answered: unauthenticated, Redis takes a
 	 * script longer than 16 KiB (batch.lua) for a protocol error. */
 	for (int i = 0; i < rc.nscripts; i++)
 		redisAsyncCommand(conn->ac, redisc_script_loaded_cb,
 		    rc.scripts[i], "SCRIPT LOAD %s", rc.scripts[i]->body);
-	rc.cmd_last_reply_ms = mono_ms();
+	conn->last_reply_ms = mono_ms();
 	STAT_INC(redis_connects_total);
+	redisc_cluster_connected(&rc.node[conn->node]);
 	if (rc.up_cb != NULL)
-		rc.up_cb(rc.up_arg);
+		rc.up_cb(conn->node, rc.up_arg);
 }
 
 static void
@@ -292,9 +301,9 @@ redisc_conn_open(struct redisc_conn *conn)
 	char host[256];
 	int port;
 
-	if (conn != &rc.sent && cf->unix_path[0] != '\0')
+	if (redisc_on_unix(conn))
 		conn->ac = redisAsyncConnectUnix(cf->unix_path);
-	else if (conn->target(host, sizeof host, &port) == 0)
+	else if (conn->target(conn, host, sizeof host, &port) == 0)
 		conn->ac = redisAsyncConnect(host, port);
 	else
 		return; /* the Sentinel will tell, then redisc_moved opens it */
@@ -384,7 +393,7 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 }
 
 void
-redisc_on_connect(void (*fn)(void *), void *arg)
+redisc_on_connect(void (*fn)(int, void *), void *arg)
 {
 	rc.up_cb = fn;
 	rc.up_arg = arg;
@@ -406,16 +415,19 @@ redisc_connect(void)
 {
 	if (rc.cf->nsentinels > 0)
 		redisc_conn_open(&rc.sent); /* it opens the others */
-	redisc_conn_open(&rc.cmd);
+	for (int i = 0; i < rc.nnodes; i++)
+		redisc_conn_open(&rc.node[i].conn);
 	if (rc.msg_cb != NULL)
 		redisc_conn_open(&rc.sub);
 }
 
 void
 redisc_conn_init(struct redisc_conn *conn, const char *what,
-    void (*setup)(redisAsyncContext *), int (*target)(char *, size_t, int *))
+    void (*setup)(redisAsyncContext *),
+    int (*target)(struct redisc_conn *, char *, size_t, int *))
 {
 	conn->what = what;
+	conn->node = -1;
 	conn->setup = setup;
 	conn->target = target;
 	conn->reconnect_ev = evtimer_new(rc.base, redisc_reconnect_cb, conn);

@@ -4,7 +4,8 @@
  * the functions one file calls in another. redisc.c owns requests (their
  * allocation, sending, timeouts and failing) and the module's life;
  * redisc_batch.c the calls of batched scripts held for the end of a turn;
- * redisc_conn.c each connection's life; redisc_sentinel.c the Sentinels.
+ * redisc_conn.c each connection's life; redisc_sentinel.c the Sentinels;
+ * redisc_cluster.c a cluster's nodes and where each request goes.
  */
 #ifndef LB_REDISC_INT_H
 #define LB_REDISC_INT_H
@@ -29,6 +30,9 @@
 /* A script's keys and arguments, and its key count. */
 #define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
+#define REDISC_MAX_NODES 32    /* a cluster's masters */
+#define REDISC_REDIRECTS 5     /* MOVED or ASK followed for one request */
+#define REDISC_TRYAGAIN_MS 20  /* a TRYAGAIN is sent again this much later */
 
 struct redisc_req {
 	TAILQ_ENTRY(redisc_req) entry; /* in rc.inflight until answered */
@@ -39,7 +43,12 @@ struct redisc_req {
 	bool answered;	  /* cb has run; a late reply is only freed */
 	bool retried;	  /* NOSCRIPT was answered by EVAL once already */
 	struct redisc_script *script;
-	int nkeys;    /* a script's: argv[3..3+nkeys) */
+	int slot;      /* its first key's, or -1: sent to node */
+	int node;      /* where it was (or is to be) sent */
+	int redirects; /* MOVED or ASK followed (at most REDISC_REDIRECTS) */
+	bool asking;   /* sent after ASKING: a MOVED or ASK now is final */
+	struct redisc_req *retry_next; /* in rc.retry: TRYAGAIN, sent again */
+	int nkeys;		       /* a script's: argv[3..3+nkeys) */
 	int argc;     /* argv[0], argv[1] are the verb and sha/body */
 	char **argv;  /* into this same allocation, after the struct */
 	size_t *lens; /* likewise */
@@ -51,6 +60,8 @@ struct redisc_req {
 /* One hiredis connection with its own reconnect and connect timers. */
 struct redisc_conn {
 	const char *what; /* "command", "subscriber" */
+	int node;	  /* a command connection's node in rc.node, else -1 */
+	uint64_t last_reply_ms; /* a command connection's, or its connect */
 	redisAsyncContext *ac;
 	bool connected;	   /* connect callback said OK */
 	int setup_left;	   /* AUTH and SELECT answers still to come */
@@ -60,14 +71,36 @@ struct redisc_conn {
 	struct event *connect_timeout_ev;
 	void (*setup)(redisAsyncContext *); /* queued at each connect */
 	/* Where to connect: host and port, or -1 when it is not known yet. */
-	int (*target)(char *host, size_t len, int *port);
+	int (*target)(struct redisc_conn *, char *host, size_t len, int *port);
+};
+
+/*
+ * A Redis that serves commands: the one master (found directly or
+ * through Sentinel), or each master of a cluster (redisc_cluster.c),
+ * with the command connection to it.
+ */
+struct redisc_node {
+	struct redisc_conn conn;
+	char host[256]; /* a cluster node's; the one master's is the target's */
+	int port;
+	bool in_map; /* a cluster's: serves slots in the last map */
 };
 
 /* The module's state: one per process, shared by redisc*.c. */
 struct redisc_state {
 	struct event_base *base;
 	const struct config_redis *cf;
-	struct redisc_conn cmd;	 /* scripts */
+	struct redisc_node node[REDISC_MAX_NODES]; /* node[0]: the master */
+	int nnodes;
+	bool cluster;		  /* a Redis Cluster: rc.slot routes requests */
+	int16_t *slot;		  /* a cluster's: each slot's node, or -1 */
+	bool mapping;		  /* a CLUSTER SHARDS (or SLOTS) is out */
+	bool mapped;		  /* a map was read */
+	bool shards_unknown;	  /* a Redis before 7.0: CLUSTER SLOTS */
+	uint64_t mapped_ms;	  /* when the last one was sent */
+	struct event *map_ev;	  /* ask for the map again (redisc_cluster.c) */
+	struct redisc_req *retry; /* answered TRYAGAIN: sent again soon */
+	struct event *retry_ev;
 	struct redisc_conn sub;	 /* SUBSCRIBE to channel */
 	struct redisc_conn sent; /* a Sentinel: the master and its moves */
 	int sentinel;		 /* which of cf->sentinels is asked */
@@ -77,13 +110,12 @@ struct redisc_state {
 	char channel[2][256]; /* subscribed; the second may be "" */
 	redisc_msg_cb *msg_cb;
 	void *msg_arg;
-	void (*up_cb)(void *);
+	void (*up_cb)(int, void *);
 	void *up_arg;
 	struct event *timeout_ev;
 	/* Requests that could not be sent, answered on the next turn. */
 	struct redisc_req *failed, **failed_tail;
 	struct event *failed_ev;
-	uint64_t cmd_last_reply_ms; /* or when it connected */
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_req *pool; /* freed requests to reuse */
 	int npool;
@@ -115,7 +147,8 @@ void redisc_batch_ev_cb(evutil_socket_t fd, short what, void *arg);
 
 /* redisc_conn.c: each connection's timers and what it sends at connect. */
 void redisc_conn_init(struct redisc_conn *conn, const char *what,
-    void (*setup)(redisAsyncContext *), int (*target)(char *, size_t, int *));
+    void (*setup)(redisAsyncContext *),
+    int (*target)(struct redisc_conn *, char *, size_t, int *));
 /* redisc_conn.c: the connection's context and timers freed (at stop). */
 void redisc_conn_close(struct redisc_conn *conn);
 /* redisc_conn.c: connect now (the target may not be known yet). */
@@ -127,11 +160,42 @@ void redisc_drop(struct redisc_conn *conn);
 void redisc_cmd_setup(redisAsyncContext *ac);
 /* redisc_conn.c: AUTH and SUBSCRIBE, queued at each connect. */
 void redisc_sub_setup(redisAsyncContext *ac);
+/* redisc_cluster.c: where the subscriber goes: the one master, or a node
+ * of the cluster's map (each cluster node has every message). */
+int redisc_target_sub(
+    struct redisc_conn *conn, char *host, size_t len, int *port);
 
 /* redisc_sentinel.c: where the master is (-1: not known yet). */
-int redisc_target_master(char *host, size_t len, int *port);
+int redisc_target_master(
+    struct redisc_conn *conn, char *host, size_t len, int *port);
 /* redisc_sentinel.c: the Sentinel asked now. */
-int redisc_target_sentinel(char *host, size_t len, int *port);
+int redisc_target_sentinel(
+    struct redisc_conn *conn, char *host, size_t len, int *port);
+
+/* redisc.c: send a request again where its slot is now (a TRYAGAIN's
+ * retry, a redirect); failed from the loop if it cannot be. */
+void redisc_resend(struct redisc_req *req);
+
+/* redisc_cluster.c: where a cluster's node is (its host and port). */
+int redisc_target_node(
+    struct redisc_conn *conn, char *host, size_t len, int *port);
+/* redisc_cluster.c: the nodes and the slot map, set up at init. */
+void redisc_cluster_init(void);
+void redisc_cluster_stop(void);
+/* redisc_cluster.c: the node a request goes to (-1: none serves its
+ * slot now). */
+int redisc_route(const struct redisc_req *req);
+/* redisc_cluster.c: a node's command connection is ready: learn whether
+ * it is a cluster's, and the map. */
+void redisc_cluster_connected(struct redisc_node *node);
+/* redisc_cluster.c: a cluster's error reply to req was handled (sent
+ * again, or after ASKING); false: it is req's answer. */
+bool redisc_cluster_redirect(struct redisc_req *req, const redisReply *r);
+/* redisc_cluster.c: MOVED or ASK "<slot> <host>:<port>" (pure). */
+int redisc_redirect_parse(
+    const char *err, int *slot, char *host, size_t len, int *port);
+#define REDISC_MOVED 1
+#define REDISC_ASK 2
 /* redisc_sentinel.c: what the Sentinel connection asks at connect. */
 void redisc_sentinel_setup(redisAsyncContext *ac);
 

@@ -29,7 +29,8 @@ redisc_target_direct(char *host, size_t len, int *port)
 
 /* With Sentinel, the master is wherever the Sentinel last said. */
 int
-redisc_target_master(char *host, size_t len, int *port)
+redisc_target_master(
+    struct redisc_conn *conn, char *host, size_t len, int *port)
 {
 	if (rc.cf->nsentinels == 0)
 		return redisc_target_direct(host, len, port);
@@ -42,7 +43,8 @@ redisc_target_master(char *host, size_t len, int *port)
 
 /* "host:port" or "[v6]:port", already checked by the config. */
 int
-redisc_target_sentinel(char *host, size_t len, int *port)
+redisc_target_sentinel(
+    struct redisc_conn *conn, char *host, size_t len, int *port)
 {
 	const char *hp = rc.cf->sentinels[rc.sentinel];
 	const char *colon = strrchr(hp, ':');
@@ -67,7 +69,7 @@ redisc_target_sentinel(char *host, size_t len, int *port)
 static void
 redisc_moved(void)
 {
-	struct redisc_conn *conns[] = { &rc.cmd, &rc.sub };
+	struct redisc_conn *conns[] = { &rc.node[0].conn, &rc.sub };
 
 	for (size_t i = 0; i < 2; i++) {
 		struct redisc_conn *conn = conns[i];

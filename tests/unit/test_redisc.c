@@ -14,6 +14,7 @@
 #include "config.h"
 #include "log.h"
 #include "redisc.h"
+#include "redisc_int.h"
 
 /* The old code ran every failure of the chain in one pass: the timer
  * came only after the asker gave up, at ASKS_MAX. */
@@ -121,6 +122,64 @@ START_TEST(test_failures_answered_in_order)
 }
 END_TEST
 
+/* A cluster's redirections, as Redis words them. */
+START_TEST(test_redirect_parse)
+{
+	char host[64];
+	int slot = -1, port = -1;
+
+	ck_assert_int_eq(redisc_redirect_parse("MOVED 12182 127.0.0.1:7303",
+			     &slot, host, sizeof host, &port),
+	    REDISC_MOVED);
+	ck_assert_int_eq(slot, 12182);
+	ck_assert_str_eq(host, "127.0.0.1");
+	ck_assert_int_eq(port, 7303);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "ASK 0 ::1:6380", &slot, host, sizeof host, &port),
+	    REDISC_ASK);
+	ck_assert_int_eq(slot, 0);
+	ck_assert_str_eq(host, "::1");
+	ck_assert_int_eq(port, 6380);
+	ck_assert_int_eq(
+	    redisc_redirect_parse("MOVED 3999 redis-2.example:7000", &slot,
+		host, sizeof host, &port),
+	    REDISC_MOVED);
+	ck_assert_str_eq(host, "redis-2.example");
+	/* Not redirections, or malformed: the request's answer as it is. */
+	ck_assert_int_eq(redisc_redirect_parse("TRYAGAIN Multiple keys", &slot,
+			     host, sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse("MOVED 16384 h:1", &slot, host,
+			     sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "MOVED 1 h:0", &slot, host, sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse("MOVED 1 h:70000", &slot, host,
+			     sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "MOVED 1 :80", &slot, host, sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "MOVED x h:80", &slot, host, sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "MOVED 1 h80", &slot, host, sizeof host, &port),
+	    0);
+	ck_assert_int_eq(redisc_redirect_parse(
+			     "MOVED 1 h:80x", &slot, host, sizeof host, &port),
+	    0);
+	/* A host longer than the caller's buffer is refused, not cut. */
+	ck_assert_int_eq(redisc_redirect_parse("MOVED 1 "
+					       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+					       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+					       "aaaaaa:80",
+			     &slot, host, sizeof host, &port),
+	    0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -131,6 +190,7 @@ main(void)
 
 	tcase_add_test(tc, test_failures_let_the_loop_turn);
 	tcase_add_test(tc, test_failures_answered_in_order);
+	tcase_add_test(tc, test_redirect_parse);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
