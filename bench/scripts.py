@@ -6,16 +6,21 @@ with one call) and as batch.lua carrying 4, 8, 16 and 64 calls (as it
 sends a busy turn). The sizes take turns, several rounds each, so that
 this machine's drift falls on all of them alike.
 
-    bench/scripts.py [--rounds R] [--cycles N]
+    bench/scripts.py [--rounds R] [--cycles N] [--tree DIR]
 
-Prints, per acquire+release cycle: Redis's CPU (utime+stime from /proc
-over the replay, its reads and writes of one pipelined connection
-included), the time Redis counted inside EVALSHA (INFO commandstats), and
-how much of that the commands the scripts called took themselves (the
-rest is Lua and redis.call's own work). Uses the same script text the
-broker embeds (src/lua/embed.py)."""
+Prints, per acquire+release cycle: Redis's CPU (used_cpu_sys +
+used_cpu_user of INFO cpu over the replay, its reads and writes of one
+pipelined connection included), the time Redis counted inside EVALSHA
+(INFO commandstats), and how much of that the commands the scripts
+called took themselves (the rest is Lua and redis.call's own work). Uses
+the same script text the broker embeds (src/lua/embed.py). --tree DIR
+also replays the scripts of another checkout (DIR/src/lua), in the same
+rounds on the same Redis, each round's figures printed: one whose
+embed.py passes a script only some of its keys (passed()) is sent those,
+in its own batch layout."""
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -24,15 +29,32 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
-sys.path.insert(0, os.path.join(ROOT, "src", "lua"))
 sys.path.insert(0, HERE)
-import embed  # noqa: E402
-from compare import commandstats, cpu_us  # noqa: E402 (bench/compare.py)
+from compare import commandstats  # noqa: E402 (bench/compare.py)
 from lbtest import Redis, Resp  # noqa: E402
 
 MARK = "lockbroker:incarnation"
 NAMES = 10000
 PIPE = 64
+
+
+def embed_of(tree):
+    """tree's src/lua/embed.py, as a module of its own."""
+    path = os.path.join(tree, "src", "lua", "embed.py")
+    spec = importlib.util.spec_from_file_location("embed_%d" % id(tree),
+                                                  path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cpu_s(r):
+    """Redis's used_cpu_sys + used_cpu_user (s), from INFO cpu."""
+    out = 0.0
+    for line in r("INFO", "cpu").splitlines():
+        if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
+            out += float(line.split(":")[1])
+    return out
 
 
 def acquire_args(name, inc):
@@ -48,12 +70,32 @@ def release_args(name, fence, inc):
 
 
 class Replay:
-    def __init__(self, r, inc):
+    def __init__(self, r, inc, tree=ROOT):
         self.r, self.inc = r, inc
-        self.sha = {}
-        for s in ("acquire", "release", "batch"):
-            text = embed.expand(os.path.join(ROOT, "src", "lua", s + ".lua"))
-            self.sha[s] = r("SCRIPT", "LOAD", text)
+        self.embed = embed_of(tree)
+        # (a checkout whose scripts are passed only some keys)
+        self.some = hasattr(self.embed, "passed")
+        self.sha, self.keys = {}, {}
+        load = lambda script, **kw: r("SCRIPT", "LOAD", self.embed.expand(
+            self.lua(tree, script), **kw))
+        for s in ("acquire", "release"):
+            self.sha[s] = load(s)
+            if self.some:
+                self.sha["batch " + s] = load("batch")
+                self.keys[s] = self.embed.passed(self.lua(tree, s))
+            else:  # batch.lua with this script's flags, as the broker
+                self.sha["batch " + s] = load("batch", carry=s + ".lua")
+                self.keys[s] = self.embed.keys(self.lua(tree, s))
+
+    @staticmethod
+    def lua(tree, script):
+        return os.path.join(tree, "src", "lua", script + ".lua")
+
+    def keys_of(self, script, name):
+        """The keys script is passed, for name, as lockdb_script.c makes
+        them."""
+        return [MARK if k == "/incarnation" else "lockbroker:{%s}%s" % (
+            name, k) for k in self.keys[script]]
 
     def pipeline(self, cmds):
         """Send cmds (lists of arguments) in one write; their replies."""
@@ -67,20 +109,28 @@ class Replay:
         return [self.r._read() for _ in cmds]
 
     def calls(self, size, calls):
-        """calls: (script, name, args); EVALSHA each alone (size 1) or
-        batch.lua with size of them at a time."""
+        """calls: (script, name, args), all of one script; EVALSHA each
+        alone (size 1) or batch.lua with size of them at a time, each
+        call with all its keys."""
         if size == 1:
-            return self.pipeline([["EVALSHA", self.sha[s], 2,
-                                   "lockbroker:{%s}" % n, MARK] + a
-                                  for s, n, a in calls])
+            return self.pipeline([["EVALSHA", self.sha[s],
+                                   len(self.keys[s])] + self.keys_of(s, n) +
+                                  a for s, n, a in calls])
         cmds = []
         for i in range(0, len(calls), size):
             part = calls[i:i + size]
-            args = ["EVALSHA", self.sha["batch"], len(part) + 1]
-            args += ["lockbroker:{%s}" % n for _, n, _ in part]
-            args += [MARK, len(part)]
+            args = ["EVALSHA", self.sha["batch " + part[0][0]]]
+            if self.some:  # each call's lock key, then the others once
+                keys = [self.keys_of(s, n)[0] for s, n, _ in part]
+                keys += self.keys_of(part[0][0], part[0][1])[1:]
+            else:
+                keys = [k for s, n, _ in part for k in self.keys_of(s, n)]
+            args += [len(keys)] + keys + [len(part)]
             for s, _, a in part:
-                args += [1 if s == "acquire" else 2, len(a)] + a
+                args += [1 if s == "acquire" else 2]
+                args += [len(a)] if self.some else [len(self.keys[s]),
+                                                    len(a)]
+                args += a
             cmds.append(args)
         return [r for rs in self.pipeline(cmds) for r in rs]
 
@@ -103,6 +153,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cycles", type=int, default=12800,
                     help="cycles per size per round")
+    ap.add_argument("--tree", help="another checkout's scripts too")
     opts = ap.parse_args()
     sizes = [1, 4, 8, 16, 64]
     tmp = tempfile.mkdtemp(prefix="lbscripts-")
@@ -110,32 +161,41 @@ def main():
     try:
         r = Resp(redis.port)
         inc = r("HGET", MARK, "id")
-        replay = Replay(r, inc)
-        total = {s: [0, 0.0, 0, 0] for s in sizes}
+        trees = [("this", Replay(r, inc))]
+        if opts.tree:
+            trees.insert(0, (opts.tree, Replay(r, inc, opts.tree)))
+        total = {(t, s): [0, 0.0, 0, 0] for t, _ in trees for s in sizes}
         first = 0
-        for _ in range(opts.rounds):
+        for rnd in range(opts.rounds):
             for size in sizes:
-                r("CONFIG", "RESETSTAT")
-                c0 = cpu_us(redis.proc.pid)
-                for _ in range(opts.cycles // PIPE):
-                    replay.cycles(size, first)
-                    first += PIPE
-                c1 = cpu_us(redis.proc.pid)
-                st = commandstats(r, "usec")
-                t = total[size]
-                t[0] += opts.cycles // PIPE * PIPE
-                t[1] += c1 - c0
-                t[2] += st.get("evalsha", 0)
-                t[3] += sum(v for k, v in st.items()
-                            if k not in ("evalsha", "config", "info"))
-        print("| calls per EVALSHA | Redis CPU µs / cycle | inside EVALSHA "
-              "| of which its commands |")
-        print("|---|---|---|---|")
+                for t, replay in trees:
+                    r("CONFIG", "RESETSTAT")
+                    c0 = cpu_s(r)
+                    for _ in range(opts.cycles // PIPE):
+                        replay.cycles(size, first)
+                        first += PIPE
+                    c1 = cpu_s(r)
+                    st = commandstats(r, "usec")
+                    n = opts.cycles // PIPE * PIPE
+                    row = [n, (c1 - c0) * 1e6, st.get("evalsha", 0),
+                           sum(v for k, v in st.items()
+                               if k not in ("evalsha", "config", "info"))]
+                    if len(trees) > 1:
+                        print("round %d, %s, %d per EVALSHA: %.2f µs CPU, "
+                              "%.2f in EVALSHA / cycle" % (
+                                  rnd + 1, t, size, row[1] / n, row[2] / n),
+                              flush=True)
+                    total[(t, size)] = [x + y for x, y in zip(
+                        total[(t, size)], row)]
+        print("| scripts | calls per EVALSHA | Redis CPU µs / cycle "
+              "| inside EVALSHA | of which its commands |")
+        print("|---|---|---|---|---|")
         for size in sizes:
-            n, cpu, ev, inner = total[size]
-            print("| %s | %.2f | %.2f | %.2f |" % (
-                "1 (alone)" if size == 1 else size, cpu / n, ev / n,
-                inner / n))
+            for t, _ in trees:
+                n, cpu, ev, inner = total[(t, size)]
+                print("| %s | %s | %.2f | %.2f | %.2f |" % (
+                    t, "1 (alone)" if size == 1 else size, cpu / n,
+                    ev / n, inner / n))
         r.close()
     finally:
         redis.stop()

@@ -13,17 +13,22 @@
 #include <hiredis/hiredis.h>
 
 #include "lockdb.h"
+#include "proto.h"
 #include "redisc.h"
 
 /*
  * The scripts live in src/lua/<script>.lua, each with its KEYS, ARGV and
  * replies in its opening comment, and are embedded at build time
- * (lua_scripts.h, made by src/lua/embed.py). A script is passed the lock
- * key "<prefix>{<name>}" and the keys of no name "<prefix><word>" its
- * KEYS line declares; it names the name's other keys as the lock key and
- * their suffix itself.
+ * (lua_scripts.h, made by src/lua/embed.py). A script is passed every key
+ * its KEYS line declares, in order: the lock key "<prefix>{<name>}", the
+ * name's other keys "<prefix>{<name>}:<word>", and the keys of no name
+ * (lockdb_key_of_no_name), so that it touches no key it was not passed.
  */
-#define LOCKDB_KEYS_MAX 4 /* passed keys of one script */
+#define LOCKDB_KEYS_MAX 12 /* keys of one script (acquire's, release's) */
+/* A key: redis.prefix is at most 64 bytes, a name 200, a suffix short. */
+#define LOCKDB_KEY_MAX (PROTO_NAME_MAX + 160)
+/* A call's keys and arguments: redisc's most (32) less the key count. */
+#define LOCKDB_ARGV_MAX 31
 
 struct lockdb_script {
 	struct redisc_script rs;
@@ -106,5 +111,10 @@ void lockdb_scripts_init(void);
 
 /* lockdb_script.c: incarnation.lua, asked by the beat (lockdb.c). */
 void lockdb_script_incarnation(redisc_cb *cb, void *arg);
+
+/* lockdb_script.c: a key of no name ("/<word>" in a KEYS line) for name
+ * (NULL: the beat's) in buf; its length. */
+size_t lockdb_key_of_no_name(
+    const char *name, const char *word, char *buf, size_t size);
 
 #endif

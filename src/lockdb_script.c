@@ -35,7 +35,16 @@ LOCKDB_SCRIPT(who, WHO);
 LOCKDB_SCRIPT(check, CHECK);
 LOCKDB_SCRIPT(revoke, REVOKE);
 LOCKDB_SCRIPT(incarnation, INCARNATION);
-LOCKDB_SCRIPT(batch, BATCH); /* acquire's and release's calls, batched */
+/* A batch of one script's calls, with that script's flags (batch.lua). */
+#define LOCKDB_BATCH(x, X)                                                     \
+	static struct lockdb_script lockdb_lua_batch_##x = {                   \
+		{ LUA_BATCH_FILE, LUA_BATCH_AS_##X##_BODY, "" },               \
+		LUA_BATCH_NKEYS, LUA_BATCH_KEYS, LUA_BATCH_NARGS               \
+	}
+
+LOCKDB_BATCH(acquire, ACQUIRE);
+LOCKDB_BATCH(release, RELEASE);
+LOCKDB_BATCH(check, CHECK);
 
 /* blind_release.lua is sent release.lua's arguments: the first it names. */
 _Static_assert(LUA_BLIND_RELEASE_ARG_TOKEN == LUA_RELEASE_ARG_TOKEN &&
@@ -45,9 +54,44 @@ _Static_assert(LUA_BLIND_RELEASE_ARG_TOKEN == LUA_RELEASE_ARG_TOKEN &&
     "blind_release.lua takes release.lua's arguments");
 
 /*
- * The script's passed keys (docs/protocol.md §8: the lock key, "", and
- * the keys of no name, "/<word>", as embed.py's passed()) and its
- * arguments, args[LUA_<X>_ARG_<NAME>]: each must be filled.
+ * The key of no name "/<word>" a script declares (today only
+ * /incarnation), for name (NULL: the beat's), in buf: "<prefix><word>",
+ * one for the whole Redis. On a cluster it is to be one per slot, in the
+ * name's slot ("<prefix>{<tag of the name's slot>}<word>"), so that every
+ * key of a call is in one slot: this function alone makes it. Its length.
+ */
+size_t
+lockdb_key_of_no_name(
+    const char *name, const char *word, char *buf, size_t size)
+{
+	char *p = buf;
+
+	util_cat(&p, buf + size, lockdb.prefix);
+	util_cat(&p, buf + size, word);
+	return (size_t)(p - buf);
+}
+
+/* The key of name with suffix ("", ":<word>" or "/<word>", as a KEYS
+ * line declares it: docs/protocol.md §8) in buf; its length. */
+static size_t
+lockdb_key(const char *name, const char *suffix, char *buf, size_t size)
+{
+	char *p = buf;
+
+	if (suffix[0] == '/')
+		return lockdb_key_of_no_name(name, suffix + 1, buf, size);
+	util_cat(&p, buf + size, lockdb.prefix);
+	util_cat(&p, buf + size, "{");
+	util_cat(&p, buf + size, name);
+	util_cat(&p, buf + size, "}");
+	util_cat(&p, buf + size, suffix);
+	return (size_t)(p - buf);
+}
+
+/*
+ * The script with every key it declares (embed.py: LUA_<X>_KEYS, each
+ * suffix made a key by lockdb_key) and its arguments,
+ * args[LUA_<X>_ARG_<NAME>]: each must be filled.
  */
 static void
 lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
@@ -56,13 +100,11 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 	int nkeys = script->nkeys, nargs = script->nargs;
 	struct lockdb_req *req = lockdb_req_new(op, script, name, cb, arg);
 	int n = 0;
-	/* redis.prefix is at most 64 bytes, a name 200. */
-	char lock[PROTO_NAME_MAX + 160], key[LOCKDB_KEYS_MAX][160];
-	const char *argv[30]; /* redisc's most, less the key count */
-	size_t lens[30], lock_len;
-	char *p = lock;
+	char key[LOCKDB_KEYS_MAX][LOCKDB_KEY_MAX];
+	const char *argv[LOCKDB_ARGV_MAX];
+	size_t lens[LOCKDB_ARGV_MAX];
 
-	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > 30)
+	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > LOCKDB_ARGV_MAX)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
 	if (lockdb.quiet) {
@@ -72,22 +114,9 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 		lockdb.beats = 3; /* with INFO memory: the policy may be new */
 		lockdb_incarnation();
 	}
-
-	util_cat(&p, lock + sizeof lock, lockdb.prefix);
-	util_cat(&p, lock + sizeof lock, "{");
-	util_cat(&p, lock + sizeof lock, name);
-	util_cat(&p, lock + sizeof lock, "}");
-	lock_len = (size_t)(p - lock);
 	for (int i = 0; i < nkeys; i++) {
-		if (script->keys[i][0] == '\0') {
-			lens[n] = lock_len;
-			argv[n++] = lock;
-			continue;
-		}
-		p = key[i]; /* "<prefix><word>": not a name's */
-		util_cat(&p, key[i] + sizeof key[i], lockdb.prefix);
-		util_cat(&p, key[i] + sizeof key[i], script->keys[i] + 1);
-		lens[n] = (size_t)(p - key[i]);
+		lens[n] =
+		    lockdb_key(name, script->keys[i], key[i], sizeof key[i]);
 		argv[n++] = key[i];
 	}
 	for (int i = 0; i < nargs; i++) {
@@ -341,13 +370,13 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 void
 lockdb_script_incarnation(redisc_cb *cb, void *arg)
 {
-	char key[160];
+	char key[LOCKDB_KEY_MAX];
 	const char *argv[1 + LUA_INCARNATION_NARGS] = { key };
 	const char **args = argv + 1;
 	size_t lens[1 + LUA_INCARNATION_NARGS];
 
-	snprintf(key, sizeof key, "%s%s", lockdb.prefix,
-	    lockdb_lua_incarnation.keys[0] + 1);
+	_Static_assert(LUA_INCARNATION_NKEYS == 1, "the marker alone");
+	lockdb_key(NULL, lockdb_lua_incarnation.keys[0], key, sizeof key);
 	args[LUA_INCARNATION_ARG_RUN_ID] = lockdb.runid;
 	args[LUA_INCARNATION_ARG_GRACE_MS] = lockdb.grace;
 	args[LUA_INCARNATION_ARG_READ_EVICTIONS] = lockdb.allow_eviction ||
@@ -405,6 +434,16 @@ lockdb_chaos_no_clock(struct lockdb_script *s)
 	s->rs.body = body;
 }
 
+/* Calls of s go in batches, as script number op of batch.lua (its
+ * "-- wrap" lines' order), each batch with s's flags. */
+static void
+lockdb_batched(struct lockdb_script *s, struct lockdb_script *batch, int op)
+{
+	s->rs.batch = &batch->rs;
+	s->rs.batch_op = op;
+	redisc_script_add(&batch->rs);
+}
+
 /* Each script added to redisc, which loads it at every connect. */
 void
 lockdb_scripts_init(void)
@@ -417,13 +456,11 @@ lockdb_scripts_init(void)
 	/* A chaos fault breaks the scripts a call names; batch runs them
 	 * unbroken, so no batch then. */
 	if (chaos_fault == CHAOS_NONE) {
-		lockdb_lua_acquire.rs.batch = &lockdb_lua_batch.rs;
-		lockdb_lua_acquire.rs.batch_op = 1;
-		lockdb_lua_release.rs.batch = &lockdb_lua_batch.rs;
-		lockdb_lua_release.rs.batch_op = 2;
-		lockdb_lua_check.rs.batch = &lockdb_lua_batch.rs;
-		lockdb_lua_check.rs.batch_op = 3;
-		redisc_script_add(&lockdb_lua_batch.rs);
+		lockdb_batched(
+		    &lockdb_lua_acquire, &lockdb_lua_batch_acquire, 1);
+		lockdb_batched(
+		    &lockdb_lua_release, &lockdb_lua_batch_release, 2);
+		lockdb_batched(&lockdb_lua_check, &lockdb_lua_batch_check, 3);
 	}
 	redisc_script_add(&lockdb_lua_acquire.rs);
 	redisc_script_add(&lockdb_lua_share.rs);

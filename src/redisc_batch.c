@@ -51,42 +51,42 @@ redisc_batch_cb(const redisReply *reply, void *arg)
 }
 
 /*
- * n calls of scripts with the same batch and the same keys after the
- * first, as one call of it: KEYS are each call's first key, then the
- * others; ARGV n, then for each call its script's number in the batch,
- * how many arguments it has, and those.
+ * n calls of one script as one call of its batch: KEYS are every call's
+ * keys, one call's after another's; ARGV n, then for each call its
+ * script's number in the batch, how many keys it has, how many
+ * arguments, and those.
  */
 static void
 redisc_batch_send(struct redisc_req **call, int n)
 {
 	static const char *argv[REDISC_BATCH_ARGS];
 	static size_t lens[REDISC_BATCH_ARGS];
-	static char num[REDISC_BATCH_MAX * 2 + 2][UTIL_U64_LEN];
+	static char num[REDISC_BATCH_MAX * 3 + 2][UTIL_U64_LEN];
 	struct redisc_script *batch = call[0]->script->batch;
-	int rest = call[0]->nkeys - 1, argc = 0, k = 0;
+	int nkeys = 0, argc = 1, k = 0;
 	struct redisc_batch *b;
 	struct redisc_req *req;
 
-	lens[argc] = util_u64str(num[k], (uint64_t)(n + rest));
-	argv[argc++] = num[k++];
-	for (int i = 0; i < n; i++) {
-		lens[argc] = call[i]->lens[3];
-		argv[argc++] = call[i]->argv[3];
-	}
-	for (int j = 0; j < rest; j++) {
-		lens[argc] = call[0]->lens[4 + j];
-		argv[argc++] = call[0]->argv[4 + j];
-	}
+	for (int i = 0; i < n; i++)
+		for (int j = 3; j < 3 + call[i]->nkeys; j++) {
+			lens[argc] = call[i]->lens[j];
+			argv[argc++] = call[i]->argv[j];
+			nkeys++;
+		}
+	lens[0] = util_u64str(num[k], (uint64_t)nkeys);
+	argv[0] = num[k++];
 	lens[argc] = util_u64str(num[k], (uint64_t)n);
 	argv[argc++] = num[k++];
 	for (int i = 0; i < n; i++) {
 		struct redisc_req *c = call[i];
 		int first = 3 + c->nkeys;
+		uint64_t count[3] = { (uint64_t)c->script->batch_op,
+			(uint64_t)c->nkeys, (uint64_t)(c->argc - first) };
 
-		lens[argc] = util_u64str(num[k], (uint64_t)c->script->batch_op);
-		argv[argc++] = num[k++];
-		lens[argc] = util_u64str(num[k], (uint64_t)(c->argc - first));
-		argv[argc++] = num[k++];
+		for (int j = 0; j < 3; j++) {
+			lens[argc] = util_u64str(num[k], count[j]);
+			argv[argc++] = num[k++];
+		}
 		for (int j = first; j < c->argc; j++) {
 			lens[argc] = c->lens[j];
 			argv[argc++] = c->argv[j];
@@ -99,22 +99,16 @@ redisc_batch_send(struct redisc_req **call, int n)
 	memcpy(b->call, call, (size_t)n * sizeof b->call[0]);
 	req = redisc_req_new(argc, argv, lens, redisc_batch_cb, b);
 	req->script = batch;
-	req->nkeys = n + rest;
+	req->nkeys = nkeys;
 	redisc_submit(req);
 }
 
-/* Whether call c may go in one batch with first: the same script, and
- * the same keys after the first. */
+/* Whether call c may go in one batch with first: the same script (a
+ * batch has its script's flags), each call with its own keys. */
 static bool
 redisc_batch_fits(const struct redisc_req *first, const struct redisc_req *c)
 {
-	if (c->script != first->script || c->nkeys != first->nkeys)
-		return false;
-	for (int j = 4; j < 3 + c->nkeys; j++)
-		if (c->lens[j] != first->lens[j] ||
-		    memcmp(c->argv[j], first->argv[j], c->lens[j]) != 0)
-			return false;
-	return true;
+	return c->script == first->script;
 }
 
 /* Calls of one script: a run of calls that fit in one batch as one
@@ -186,13 +180,12 @@ redisc_phase_end(struct redisc_req **call, int from, int n)
 
 /*
  * Send this turn's calls of batched scripts. A batch holds one script's
- * calls: Redis checks a script against maxmemory only until its first
- * write, and a release's DEL is one, so a batch of acquires after it
- * would write into a full Redis that refuses each alone. Calls of
- * different scripts on different keys commute, so each script's go
- * together; a call on the key of an earlier call of another script
- * sends everything before it first, so calls on one key keep their
- * order.
+ * calls and has that script's flags (batch.lua): a batch of acquires is
+ * refused whole by a Redis above maxmemory, as each would be alone, and
+ * a batch of releases (allow-oom) still runs there. Calls of different
+ * scripts on different keys commute, so each script's go together; a
+ * call on the key of an earlier call of another script sends everything
+ * before it first, so calls on one key keep their order.
  */
 void
 redisc_flush(void)

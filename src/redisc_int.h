@@ -23,10 +23,10 @@
 
 #define REDISC_MAX_SCRIPTS 16
 #define REDISC_BATCH_MAX 64 /* calls in one batch */
-/* A batch's arguments: each call's (at most REDISC_MAX_ARGS + 2, its
- * own count and script number), n, and the keys of the first call. */
-#define REDISC_BATCH_ARGS                                                      \
-	(REDISC_BATCH_MAX * (REDISC_MAX_ARGS + 2) + REDISC_MAX_ARGS + 2)
+/* A batch's key count and arguments: each call's keys and arguments (at
+ * most REDISC_MAX_ARGS - 1) with its script number, key count and
+ * argument count, and n. */
+#define REDISC_BATCH_ARGS (REDISC_BATCH_MAX * (REDISC_MAX_ARGS + 2) + 2)
 /* A script's keys and arguments, and its key count. */
 #define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */

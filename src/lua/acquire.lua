@@ -1,3 +1,4 @@
+#!lua
 -- acquire: an exclusive ACQUIRE, or a FILL's (docs/internals.md, Scripts,
 -- says why each step is as it is).
 --
@@ -9,6 +10,10 @@
 -- refused waiter takes its ticket's place or marks :waiting (and :fill,
 -- :writer). A name whose lock key went by hand while the counter
 -- remembers its lease is held.
+--
+-- Flags: none. It may write (a grant, a ticket's place, marks), so a Redis
+-- above maxmemory refuses the call whole with OOM before anything runs,
+-- and so does a master that min-replicas-to-write stops (NOREPLICAS).
 --
 -- KEYS: lock fence queue tickets brokers waiting holders who writer /incarnation done fill
 -- Returns {1, fence}; {0, ms to look again (-1: none known), holder's

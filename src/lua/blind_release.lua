@@ -1,5 +1,8 @@
+#!lua flags=allow-oom
 -- blind_release: CHAOS_BLIND_RELEASE (test builds only): delete without
 -- comparing, for the chaos suite's self-test.
+--
+-- Flags: allow-oom, as release.lua's, which it stands in for.
 --
 -- KEYS: lock fence
 -- Returns {1}.

@@ -1,6 +1,10 @@
+#!lua flags=allow-oom
 -- cancel: a waiter left (its WAIT ran out, its client went, the broker
 -- stops): its ticket leaves the queue. A ticket handed the lock already
 -- is gone from the queue; its broker releases that grant instead.
+--
+-- Flags: allow-oom: it only removes, so it runs on a Redis above
+-- maxmemory too.
 --
 -- KEYS: lock queue tickets
 -- Returns 1 if the ticket was queued, else 0.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- check: whether the grant with this token and fence still holds the name
 -- (in either place), and for how long: asked for every hold at least once
 -- every redis.trust_ms (many in one batch.lua call), after the subscriber
@@ -12,6 +13,11 @@
 -- A shared holder is not put back: it is told it lost the name. An
 -- exclusive grant whose lock key alone went (deleted or renamed by hand)
 -- is put back whenever the counter still names it and remembers its lease.
+--
+-- Flags: allow-oom. The check and the put-back must work on a Redis above
+-- maxmemory: a hold it cannot confirm is lost, and a put-back only sets
+-- again a grant Redis forgot (and marks it in the incarnation). A master
+-- that min-replicas-to-write stops still refuses it (NOREPLICAS).
 --
 -- KEYS: lock holders revoked fence who /incarnation
 -- A grant from before the incarnation that is held, or put back, is

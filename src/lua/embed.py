@@ -5,11 +5,17 @@
 
 Keys. Each script declares its keys once, in its opening comment, on one
 line: "-- KEYS: lock fence waiters" (lock is <prefix>{<name>}; a word /w
-is <prefix>w, a key of no name; any other word w is <prefix>{<name>}:w),
-and names them KEYS[1], KEYS[2], ... in that order. Only the lock key and
-the keys of no name are passed (passed()): the text Redis runs names
-every other key as the lock key and its suffix, "(KEYS[1] .. ':w')", in
-the same hash slot, so a call does not send the name a dozen times.
+is a key of no name, made by lockdb_script.c's lockdb_key_of_no_name;
+any other word w is <prefix>{<name>}:w), and names them KEYS[1],
+KEYS[2], ... in that order. Every key is passed: a script touches no key
+it does not declare, so Redis Cluster can refuse a call whose keys are
+not all served where it is sent (TRYAGAIN, ASK, MOVED) before the script
+runs, rather than half way through it.
+
+Flags. The first line of every script is "#!lua" or "#!lua flags=..."
+(Redis 7's script flags: allow-oom lets it run above maxmemory, no-writes
+promises it writes nothing); the script's header says why it has the
+flags it has.
 
 Names. Below its comment a script names each key and argument, one a
 line, "local queueKey = KEYS[3]" (every key of its KEYS line, in order)
@@ -30,19 +36,23 @@ line of a script is the line of its .lua file: Redis's "user_script:N"
 in an error is line N of the file.
 
 Output. For each script x.lua the header defines LUA_X_FILE, LUA_X_BODY,
-LUA_X_NKEYS, LUA_X_KEYS (an initializer of the passed keys' suffixes, in
-order), LUA_X_NARGS and, for each argument named argName, LUA_X_ARG_NAME
-(its index from 0, as the C side fills it). tests/e2e/test_scripts.py
-imports expand() and passed() to run the same text.
+LUA_X_NKEYS, LUA_X_KEYS (an initializer of its keys' suffixes, in order:
+"" for the lock key, ":w" and "/w"), LUA_X_NARGS and, for each argument
+named argName, LUA_X_ARG_NAME (its index from 0, as the C side fills
+it). tests/e2e/test_scripts.py imports expand() and keys() to run the
+same text.
 
 Batches. A line "-- wrap <script>.lua as <fn>" (batch.lua) is replaced
-by that script's text as Redis runs it, as the body of "local function
-<fn>(i, o, gate)" whose KEYS[1] is KEYS[i], other KEYS[j] KEYS[n + j - 1]
-and ARGV[j] ARGV[o + j] (wrapped()), so one call can run it for many
-names; gate is the incarnation gate the batch hands it. The library files
-that only define functions (they name no KEYS or ARGV) are defined once,
-before the first such function, and not again in each: a call makes
-their functions once, not once per name."""
+by that script's text as Redis runs it (without its first line), as the
+body of "local function <fn>(keys_at, args_at, gate)" whose KEYS[j] is
+KEYS[keys_at + j] and ARGV[j] ARGV[args_at + j] (wrapped()), so one call
+can run it for many names, each with its own keys; gate is the
+incarnation gate the batch hands it. A batch carries the calls of one
+script and takes that script's flags: for each wrapped script x the
+header defines LUA_BATCH_AS_X_BODY, the batch's text with x's first
+line. The library files that only define functions (they name no KEYS or
+ARGV) are defined once, before the first such function, and not again in
+each: a call makes their functions once, not once per name."""
 
 import os
 import re
@@ -53,7 +63,9 @@ WRAP = re.compile(r"^\s*--\s*wrap\s+(\S+)\s+as\s+(\w+)\s*$")
 NAME = re.compile(r"^local (\w+) = ((KEYS|ARGV)\[(\d+)\])\s*(--.*)?$")
 CONST = re.compile(r"^local ([A-Z][A-Z0-9_]*) = ('[^'\\]*'|\d+)\s*(--.*)?$")
 HOISTED = "\0hoisted\0"
+AT = ("keys_at", "args_at")  # a wrapped call's offsets (wrapped())
 KEYS = re.compile(r"^--\s*KEYS:\s*(.*)$")
+SHEBANG = re.compile(r"^#!lua( flags=[a-z-]+(,[a-z-]+)*)?$")
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 
 
@@ -168,16 +180,23 @@ def declared(path):
     return names, [args[j] for j in sorted(args)]
 
 
-def expand(path, hoisted=None):
+def expand(path, hoisted=None, carry=None):
     """The script's text as Redis runs it. hoisted: the library files
     defined once before a wrapped script (a list it adds to); their
-    include lines are left empty."""
+    include lines are left empty, and so is its first line (its flags).
+    carry: for a batch, the wrapped script whose first line (flags) it
+    takes."""
     lib = os.path.join(os.path.dirname(path), "lib")
     out, wraps = [], []
+    flags(path)
     with open(path) as f:
-        for line in f:
+        for no, line in enumerate(f):
             m, w = INCLUDE.match(line), WRAP.match(line)
-            if m and hoisted is not None and defines_only(
+            if no == 0 and (hoisted is not None or carry is not None):
+                out.append("\n" if carry is None else
+                           flags(os.path.join(os.path.dirname(path), carry))
+                           + "\n")
+            elif m and hoisted is not None and defines_only(
                     os.path.join(lib, m.group(1))):
                 if m.group(1) not in hoisted:
                     hoisted.append(m.group(1))
@@ -196,60 +215,41 @@ def expand(path, hoisted=None):
     if re.search(r"\b(KEYS|ARGV)\s*\[", code_of("".join(
             l for l in out if l is not HOISTED))):
         sys.exit("%s: KEYS[ or ARGV[ outside the names at its top" % path)
-    text = derive(text, keys(path), path)
+    check_keys(text, keys(path), path)
     if not wraps:
         return text
     hoisted, fns = [], []
     for script, fn in wraps:
         body = expand(os.path.join(os.path.dirname(path), script), hoisted)
-        fns.append("local function %s(i, o, gate)\n%send\n" % (
-            fn, wrapped(body)))
+        fns.append("local function %s(%s, %s, gate)\n%send\n" % (
+            fn, AT[0], AT[1], wrapped(body, script)))
     libs = "".join(substitute(squash(os.path.join(lib, h)), constants(), h)
                    + "\n" for h in hoisted if squash(os.path.join(lib, h)))
     return text.replace(HOISTED, libs + "".join(fns))
 
 
-def wrapped(body):
-    """A script's text as the body of a batch's function of (i, o): its
-    KEYS are call i's lock key, KEYS[i], and then the keys of no name
-    every call shares, after the n calls' lock keys; its ARGV[j] is
-    ARGV[o + j]. No table is made for a call."""
-    body = re.sub(r"KEYS\[(\d+)\]", lambda m: "KEYS[i]" if m.group(1) == "1"
-                  else "KEYS[n + %d]" % (int(m.group(1)) - 1), body)
-    return re.sub(r"ARGV\[(\d+)\]", r"ARGV[o + \1]", body)
+def wrapped(body, path):
+    """A script's text as the body of a batch's function of (keys_at,
+    args_at): its KEYS[j] is KEYS[keys_at + j], its call's keys being the
+    batch's after the keys_at of the calls before it; its ARGV[j] is
+    ARGV[args_at + j]. No table is made for a call. The script may not
+    use those two names (a local of its own would stand for them)."""
+    if re.search(r"\b(%s|%s)\b" % AT, code_of(body)):
+        sys.exit("%s: %s and %s are a batch's names" % ((path,) + AT))
+    body = re.sub(r"KEYS\[(\d+)\]", r"KEYS[%s + \1]" % AT[0], body)
+    return re.sub(r"ARGV\[(\d+)\]", r"ARGV[%s + \1]" % AT[1], body)
 
 
-def derive(text, declared, path):
-    """text with each KEYS[i] of a name's key other than the lock key
-    written as the lock key and its suffix, and the passed keys
-    renumbered."""
-    given = passed_of(declared)
-    if len(given) < len(declared) and (not given or given[0] != ""):
-        sys.exit("%s: a name's keys need the lock key first" % path)
-
-    def one(m):
-        i = int(m.group(1))
-        if not 1 <= i <= len(declared):
-            sys.exit("%s: KEYS[%d] is not declared" % (path, i))
-        k = declared[i - 1]
-        if k in given:
-            return "KEYS[%d]" % (given.index(k) + 1)
-        return "(KEYS[1] .. '%s')" % k
-    return re.sub(r"KEYS\[(\d+)\]", one, text)
-
-
-def passed_of(declared):
-    return [k for k in declared if k == "" or k.startswith("/")]
-
-
-def passed(path):
-    """The key suffixes the broker passes, in order: the lock key ("")
-    and the keys of no name ("/w")."""
-    return passed_of(keys(path))
+def check_keys(text, declared, path):
+    """Every KEYS[i] the text reads is a key its KEYS line declares."""
+    for m in re.finditer(r"KEYS\[(\d+)\]", text):
+        if not 1 <= int(m.group(1)) <= len(declared):
+            sys.exit("%s: KEYS[%s] is not declared" % (path, m.group(1)))
 
 
 def keys(path):
-    """The key suffixes the script's KEYS line declares, in order."""
+    """The key suffixes the script's KEYS line declares, in order: each
+    is passed."""
     with open(path) as f:
         for line in f:
             m = KEYS.match(line.strip())
@@ -257,6 +257,21 @@ def keys(path):
                 return ["" if w == "lock" else w if w.startswith("/")
                         else ":" + w for w in m.group(1).split()]
     sys.exit("%s: no '-- KEYS:' line" % path)
+
+
+def flags(path):
+    """The script's first line: "#!lua", with its flags if any."""
+    with open(path) as f:
+        first = f.readline().rstrip("\n")
+    if not SHEBANG.match(first):
+        sys.exit("%s: the first line is not '#!lua [flags=...]'" % path)
+    return first
+
+
+def wraps(path):
+    """The scripts a batch wraps, in order."""
+    with open(path) as f:
+        return [m.group(1) for m in map(WRAP.match, f) if m]
 
 
 def c_string(text):
@@ -278,7 +293,7 @@ def main():
     for path in sorted(scripts):
         base = os.path.basename(path)
         name = re.sub(r"\W", "_", base[:-4]).upper()
-        ks, args = passed(path), declared(path)[1]
+        ks, args = keys(path), declared(path)[1]
         text += ['#define LUA_%s_FILE "%s"' % (name, base),
                  "#define LUA_%s_NKEYS %d" % (name, len(ks)),
                  "#define LUA_%s_KEYS { %s }" % (
@@ -286,7 +301,13 @@ def main():
                  "#define LUA_%s_NARGS %d" % (name, len(args))]
         text += ["#define LUA_%s_ARG_%s %d" % (name, c_name(a), j)
                  for j, a in enumerate(args)]
-        text += ["#define LUA_%s_BODY \\" % name, c_string(expand(path)), ""]
+        if not wraps(path):
+            text += ["#define LUA_%s_BODY \\" % name,
+                     c_string(expand(path)), ""]
+        for w in wraps(path):
+            text += ["#define LUA_%s_AS_%s_BODY \\" % (
+                name, re.sub(r"\W", "_", w[:-4]).upper()),
+                c_string(expand(path, carry=w)), ""]
     text.append("#endif")
     with open(out, "w") as f:
         f.write("\n".join(text) + "\n")

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- extend: compare-and-PEXPIRE, in either place.
 --
 -- With a fence (not 0), only the grant with that fence; an exclusive
@@ -9,6 +10,11 @@
 --
 -- Only in the incarnation the broker knows: else -1, and the broker asks
 -- which one Redis serves (incarnation.lua) before it trusts an answer.
+--
+-- Flags: allow-oom. A renewal on a Redis above maxmemory must go on, or
+-- every hold there would be lost at its lease's end; it changes a lease
+-- (PEXPIRE, a holder's score) and makes nothing new. A master that
+-- min-replicas-to-write stops still refuses it (NOREPLICAS).
 --
 -- KEYS: lock holders who fence /incarnation
 -- Returns 1, 0 or -1.

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- incarnation: which incarnation of the lock data this Redis serves, and
 -- whether grants must wait (docs/protocol.md §8, "When Redis forgets").
 --
@@ -12,10 +12,12 @@
 -- the longest a broker trusts its holds without hearing this marker, and
 -- the time a master cut off from its replicas goes on taking writes), and
 -- brokers put their holds back meanwhile (check.lua). The first line
--- flags the script (no flags) as one that may write, which a master that
--- min-replicas-to-write stops refuses (NOREPLICAS) whatever it does: such
--- a master vouches for nothing, and a beat that finds all as it was
--- writes nothing (a thousand idle brokers' beats cost no AOF).
+-- flags the script as one that may write (no no-writes), which a master
+-- that min-replicas-to-write stops refuses (NOREPLICAS) whatever it does:
+-- such a master vouches for nothing, and a beat that finds all as it was
+-- writes nothing (a thousand idle brokers' beats cost no AOF). It is
+-- allow-oom: the beat must go on on a Redis above maxmemory, where every
+-- hold is trusted only while it does, and a marker is a few bytes.
 --
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker

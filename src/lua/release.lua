@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- release: compare-and-delete, in either place a token can hold, and hand
 -- the name to the first live ticket if any waits (lib/tickets.lua).
 --
@@ -32,6 +33,11 @@
 -- A hand-over is a grant: it is made only through an open incarnation
 -- gate (lib/gate.lua); else the tickets wait, and their brokers' tries
 -- take the name once the gate opens.
+--
+-- Flags: allow-oom. A release frees memory, and a Redis above maxmemory
+-- that refused it would keep the name held to its lease's end; what it
+-- may write besides (a hand-over's grant, :done, news) is small. A master
+-- that min-replicas-to-write stops still refuses it (NOREPLICAS).
 --
 -- KEYS: lock waiting holders who fence fill done queue tickets brokers writer /incarnation
 -- Returns {1} if released, {0} if not ours; handed to a ticket: {1, fence,

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- revoke: take the name from every holder, and tell their brokers.
 --
 -- "<name> revoked <fence>" to the brokers of the holders' entries
@@ -7,6 +8,9 @@
 -- already, whose waiters may go. A broker that missed the message (its
 -- subscriber was away) finds the fence in :revoked (kept for
 -- revokedKeepMs, the longest lease) when it checks its holds again.
+--
+-- Flags: allow-oom: a REVOKE takes the name away and frees memory, so it
+-- runs on a Redis above maxmemory too.
 --
 -- KEYS: lock holders who fence writer revoked brokers waiting
 -- Returns how many holders there were.

@@ -1,3 +1,4 @@
+#!lua
 -- share: an ACQUIRE ... SHARED or ... LIMIT n.
 --
 -- Not granted while an exclusive holder or a waiting writer is there, nor
@@ -16,6 +17,10 @@
 --
 -- Gated as acquire.lua is (lib/gate.lua); in a grace period a waiter
 -- still takes its place.
+--
+-- Flags: none, as acquire.lua: refused whole, before anything runs, by a
+-- Redis above maxmemory (OOM) or a master without its replicas
+-- (NOREPLICAS).
 --
 -- KEYS: lock fence waiting holders who writer /incarnation queue tickets brokers
 -- Returns {1, fence}, {0, ms to look again (-1: none known), 0, 0, n (as

@@ -1,7 +1,11 @@
+#!lua flags=no-writes
 -- status: STATUS and VALIDATE.
 --
 -- An exclusive grant left over from older data (lib/leftover.lua) is
 -- free; a shared one is not valid.
+--
+-- Flags: no-writes: it only reads, so it is answered whatever Redis's
+-- memory and replicas.
 --
 -- KEYS: lock fence holders who /incarnation
 -- Returns {0} when free, else {1, pttl, fence, holders, n, valid} with

@@ -1,4 +1,8 @@
+#!lua flags=no-writes
 -- who: every holder, for WHO.
+--
+-- Flags: no-writes: it only reads, so it is answered whatever Redis's
+-- memory and replicas.
 --
 -- KEYS: lock holders who fence
 -- Returns {pttl, "<fence> <entry>", ...}, one pair per holder (at most

@@ -99,10 +99,10 @@ class Pipeline(BrokerTest):
         self.assertRegex(holder.cmd("RELEASE busy"), r"^OK$")
 
     def test_a_full_redis_refuses_a_turns_grants(self):
-        """A batch holds one script's calls: Redis checks a script
-        against maxmemory only until its first write, so acquires batched
-        after a release's DEL would be granted by a full Redis that
-        refuses each of them alone."""
+        """A batch holds one script's calls and has that script's flags:
+        a full Redis refuses a turn's batch of acquires whole, as it
+        refuses each of them alone, and runs its batch of releases
+        (allow-oom)."""
         cs = [self.client() for _ in range(16)]
         for i, c in enumerate(cs[::2]):
             self.assertRegex(c.cmd("ACQUIRE x%d" % i), r"^OK ")
