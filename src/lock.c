@@ -29,6 +29,7 @@
 #include "lock_try.h"
 #include "lock_release.h"
 #include "lock_req.h"
+#include "lock_scope.h"
 #include "log.h"
 #include "stats.h"
 #include "xmalloc.h"
@@ -666,6 +667,7 @@ lock_init(struct event_base *base, const struct config *config)
 	lockreq_init(base);
 	lockrel_init(base, cf, lock_released);
 	lockhold_init(base, cf, lockq_kick, lockcheck_hold, lockcheck_granted);
+	lockscope_init();
 	lockcheck_init(base, cf);
 	locktrust_init(base, cf, lockhand_forgot);
 	lockdb_init(cf->redis.prefix, lockreq_broker(),
@@ -691,5 +693,6 @@ lock_shutdown(void)
 	lockrel_shutdown();
 	locktrust_shutdown();
 	lockcheck_shutdown();
+	lockscope_shutdown();
 	lockreq_shutdown();
 }

@@ -22,6 +22,7 @@
 #include "lock_check.h"
 #include "lock_hold.h"
 #include "lock_req.h"
+#include "lock_scope.h"
 #include "lock_timer.h"
 #include "log.h"
 #include "stats.h"
@@ -30,8 +31,10 @@
 static struct {
 	struct event_base *base;
 	const struct config *cf;
-	struct event *stale_ev; /* stale holds not back by then are lost */
-	uint64_t changed_ms;	/* when a new incarnation was last learned */
+	/* Stale holds not back by their scope's stale_until_ms are lost: due
+	 * at the earliest of those (0: not armed). */
+	struct event *stale_ev;
+	uint64_t stale_due_ms;
 } chk;
 
 static void lockcheck_send(struct lock_req *req);
@@ -72,7 +75,9 @@ lockcheck_cb(const struct lockdb_reply *r, void *arg)
 		h->checking = NULL;
 		if (r->status == LDB_OK)
 			lockhold_left(h, req->start_ms, r->pttl);
-		if (r->status == LDB_OK && req->start_ms >= chk.changed_ms)
+		if (r->status == LDB_OK &&
+		    req->start_ms >=
+			lockscope_get(lockscope_of(h->ln))->changed_ms)
 			h->stale = false; /* held (or put back) in this one */
 		else if (r->status == LDB_OK && h->stale)
 			lockcheck_hold(h); /* asked of the one before */
@@ -136,101 +141,161 @@ lockcheck_recheck(struct lock_name *ln)
 		lockcheck_hold(h);
 }
 
-/* Lose ln's holds (all, or the stale ones): nothing vouches for them. */
-static void
-lockcheck_lose_name(struct lock_name *ln, void *arg)
+void
+lockcheck_lose_holds(struct lock_name *ln)
 {
-	const bool *only_stale = arg;
 	struct lock_hold *h, *next;
 
 	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
 		next = LIST_NEXT(h, name_entry);
-		if (!*only_stale || h->stale)
+		lockhold_lost(h, LOST_UNAVAILABLE);
+	}
+}
+
+/* Lose ln's holds if it is in the scope asked (-1: any). */
+static void
+lockcheck_lose_name(struct lock_name *ln, void *arg)
+{
+	const int *scope = arg;
+
+	if (*scope < 0 || lockscope_of(ln) == *scope)
+		lockcheck_lose_holds(ln);
+}
+
+/* The stale timer at when (the earliest due stays). */
+static void
+lockcheck_stale_at(uint64_t when, uint64_t now)
+{
+	if (evtimer_pending(chk.stale_ev, NULL) && chk.stale_due_ms <= when)
+		return;
+	chk.stale_due_ms = when;
+	locktimer_add(chk.stale_ev, when > now ? when - now : 0);
+}
+
+/* ln's stale holds whose scope's time to be put back is over are lost;
+ * the others' scopes' times re-arm the timer. */
+static void
+lockcheck_stale_name(struct lock_name *ln, void *arg)
+{
+	const uint64_t *now = arg;
+	struct lock_scope *sc = lockscope_get(lockscope_of(ln));
+	struct lock_hold *h, *next;
+
+	for (h = LIST_FIRST(&ln->holds); h != NULL; h = next) {
+		next = LIST_NEXT(h, name_entry);
+		if (!h->stale)
+			continue;
+		if (sc->stale_until_ms <= *now)
 			lockhold_lost(h, LOST_UNAVAILABLE);
+		else
+			lockcheck_stale_at(sc->stale_until_ms, *now);
 	}
 }
 
 static void
 lockcheck_stale_cb(evutil_socket_t fd, short what, void *arg)
 {
-	bool only_stale = true;
+	uint64_t now = mono_ms();
 
-	lockname_foreach(lockcheck_lose_name, &only_stale);
+	lockname_foreach(lockcheck_stale_name, &now);
 }
+
+/* Which holds lockcheck_confirm_name checks: in which scope (-1: any),
+ * and all of them or only those not confirmed lately. */
+struct lockcheck_which {
+	int scope;
+	bool all;
+};
 
 /* ln's holds not confirmed for half of trust_ms and not being checked
  * are checked now: with a beat every quarter of it, each is then
  * confirmed within trust_ms. A session hold is given three quarters: its
  * renewal, every lease/3 (3.3 s by default, trust_ms 5 s), confirms it
- * first. With arg, every hold, one being checked asked again once
+ * first. With all, every hold, one being checked asked again once
  * answered (an answer from before now says too little). */
 static void
 lockcheck_confirm_name(struct lock_name *ln, void *arg)
 {
 	uint64_t now = mono_ms(), trust = (uint64_t)chk.cf->redis.trust_ms;
-	const bool *all = arg;
+	const struct lockcheck_which *w = arg;
 	struct lock_hold *h;
 
+	if (w->scope >= 0 && lockscope_of(ln) != w->scope)
+		return;
 	LIST_FOREACH (h, &ln->holds, name_entry) {
 		uint64_t due =
 		    h->kind == LOCK_SESSION ? trust * 3 / 4 : trust / 2;
 
-		if (*all ||
+		if (w->all ||
 		    (h->checking == NULL && h->confirmed_ms + due <= now))
 			lockcheck_hold(h);
 	}
 }
 
-/* A new incarnation: every hold here asks to be put back. */
+/* A new incarnation of the scope asked: every hold here in it asks to
+ * be put back. */
 static void
-lockcheck_stale_name(struct lock_name *ln, void *arg)
+lockcheck_put_back_name(struct lock_name *ln, void *arg)
 {
+	const int *scope = arg;
 	struct lock_hold *h;
 
+	if (lockscope_of(ln) != *scope)
+		return;
 	LIST_FOREACH (h, &ln->holds, name_entry) {
 		h->stale = true;
 		lockcheck_hold(h);
 	}
 }
 
-/* Nothing vouches for any hold here any more: every one is lost. */
+/* Nothing vouches for the holds here in scope any more (-1: in any):
+ * every one is lost. */
 void
-lockcheck_lose_all(void)
+lockcheck_lose_scope(int scope)
 {
-	bool only_stale = false;
-
-	lockname_foreach(lockcheck_lose_name, &only_stale);
+	lockname_foreach(lockcheck_lose_name, &scope);
 }
 
-/* Each hold not confirmed lately is checked in Redis now (all: every
- * hold). */
+/* Each hold in scope (-1: any) not confirmed lately is checked in Redis
+ * now (all: every hold). */
 void
-lockcheck_confirm_all(bool all)
+lockcheck_confirm_scope(int scope, bool all)
 {
-	lockname_foreach(lockcheck_confirm_name, &all);
+	struct lockcheck_which w = { scope, all };
+
+	lockname_foreach(lockcheck_confirm_name, &w);
 }
 
-/* A new incarnation was learned at now: every hold here is stale, asks
- * to be put back, and is lost if not back in stale_in_ms. */
+/* A new incarnation of scope was learned at now: every hold here in it
+ * is stale, asks to be put back, and is lost if not back in
+ * stale_in_ms. */
 void
-lockcheck_new_incarnation(uint64_t now, uint64_t stale_in_ms)
+lockcheck_new_incarnation(int scope, uint64_t now, uint64_t stale_in_ms)
 {
-	chk.changed_ms = now;
-	locktimer_add(chk.stale_ev, stale_in_ms);
-	lockname_foreach(lockcheck_stale_name, NULL);
+	struct lock_scope *sc = lockscope_get(scope);
+
+	sc->changed_ms = now;
+	sc->stale_until_ms = now + stale_in_ms;
+	lockcheck_stale_at(sc->stale_until_ms, now);
+	lockname_foreach(lockcheck_put_back_name, &scope);
 }
 
-/* A grant made by the incarnation before the one learned since (sent
- * before it was learned) is stale: it asks to be put back, and if the
- * old incarnation no longer vouches for anything, it is lost now. */
+/* A grant made by the incarnation before the one learned since in its
+ * scope (sent before it was learned) is stale: it asks to be put back,
+ * and if the old incarnation no longer vouches for anything, it is lost
+ * now. */
 void
 lockcheck_granted(struct lock_hold *h, uint64_t start_ms)
 {
-	if (start_ms < chk.changed_ms && !h->stale) {
+	struct lock_scope *sc = lockscope_get(lockscope_of(h->ln));
+
+	if (start_ms < sc->changed_ms && !h->stale) {
+		uint64_t now = mono_ms();
+
 		h->stale = true;
 		lockcheck_hold(h);
-		if (!evtimer_pending(chk.stale_ev, NULL))
-			locktimer_add(chk.stale_ev, 0);
+		lockcheck_stale_at(
+		    sc->stale_until_ms > now ? sc->stale_until_ms : now, now);
 	}
 }
 
@@ -239,7 +304,7 @@ lockcheck_init(struct event_base *base, const struct config *cf)
 {
 	chk.base = base;
 	chk.cf = cf;
-	chk.changed_ms = 0;
+	chk.stale_due_ms = 0;
 	chk.stale_ev = locktimer_new(base, 0, lockcheck_stale_cb, NULL);
 }
 

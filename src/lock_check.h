@@ -28,13 +28,17 @@ void lockcheck_granted(struct lock_hold *h, uint64_t start_ms);
 /* The subscriber missed messages: ask Redis whether ln's holds here still
  * hold it; those that do not are lost (revoked or stolen). */
 void lockcheck_recheck(struct lock_name *ln);
-/* Nothing vouches for any hold here any more: every one is lost. */
-void lockcheck_lose_all(void);
-/* Each hold not confirmed lately is checked in Redis now (all: every
- * hold, one being checked asked again once answered). */
-void lockcheck_confirm_all(bool all);
-/* A new incarnation was learned at now: every hold is stale, asks to be
- * put back, and is lost if not back in stale_in_ms. */
-void lockcheck_new_incarnation(uint64_t now, uint64_t stale_in_ms);
+/* Nothing vouches for ln's holds any more: each one is lost. */
+void lockcheck_lose_holds(struct lock_name *ln);
+/* Nothing vouches for the holds here in scope (lock_scope.h; -1: in
+ * any) any more: every one is lost. */
+void lockcheck_lose_scope(int scope);
+/* Each hold in scope (-1: any) not confirmed lately is checked in Redis
+ * now (all: every such hold, one being checked asked again once
+ * answered). */
+void lockcheck_confirm_scope(int scope, bool all);
+/* A new incarnation of scope was learned at now: every hold here in it is
+ * stale, asks to be put back, and is lost if not back in stale_in_ms. */
+void lockcheck_new_incarnation(int scope, uint64_t now, uint64_t stale_in_ms);
 
 #endif

@@ -22,6 +22,7 @@
 #include "lock_queue.h"
 #include "lock_release.h"
 #include "lock_req.h"
+#include "lock_scope.h"
 #include "stats.h"
 #include "util.h"
 
@@ -311,13 +312,24 @@ lockhand_retake(struct lock_name *ln, void *arg)
 		lockhand_retake_rest(ln); /* no place to keep before theirs */
 }
 
-/* Redis forgot its lock data (a new incarnation: FLUSHALL, a restart
- * without it, a failover to a replica that missed it): the queues went
- * with it, so every waiter here takes its place again. */
-void
-lockhand_forgot(void)
+/* ln's waiters take their places again if ln is in the scope asked. */
+static void
+lockhand_retake_in(struct lock_name *ln, void *arg)
 {
-	lockname_foreach(lockhand_retake, NULL);
+	const int *scope = arg;
+
+	if (lockscope_of(ln) == *scope)
+		lockhand_retake(ln, NULL);
+}
+
+/* Redis forgot the lock data of a scope (a new incarnation: FLUSHALL, a
+ * restart without it, a failover to a replica that missed it, a slot
+ * moved): the queues went with it, so every waiter here on a name in it
+ * takes its place again. */
+void
+lockhand_forgot(int scope)
+{
+	lockname_foreach(lockhand_retake_in, &scope);
 }
 
 void

@@ -45,6 +45,6 @@ void lockhand_handed(const char *name, uint64_t ticket, uint64_t fence,
  * lockname_foreach). */
 void lockhand_retake(struct lock_name *ln, void *arg);
 /* Redis forgot its lock data: every waiter takes its place again. */
-void lockhand_forgot(void);
+void lockhand_forgot(int scope);
 
 #endif

@@ -24,6 +24,8 @@
  * Redis forgetting its queues is told through the callback given to
  * locktrust_init.
  */
+#include <sys/queue.h>
+
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,7 +36,9 @@
 #include "config.h"
 #include "lockdb.h"
 #include "lock_check.h"
+#include "lock_name.h"
 #include "lock_req.h"
+#include "lock_scope.h"
 #include "lock_timer.h"
 #include "lock_trust.h"
 #include "log.h"
@@ -44,26 +48,85 @@
 static struct {
 	const struct config *cf;
 	locktrust_forgot_fn *forgot;
-	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnation */
-	struct event *trust_ev; /* trust_ms after the last vouching answer */
-	uint64_t vouched_ms;	/* when the last vouching answer was asked */
-	/* Redis's clock against ours: the most its offset (Redis's time less
-	 * our monotonic time) was at the last beat's answer, when that beat
-	 * was sent, and how far it ran ahead since the last re-check. */
-	bool clock_known;
-	int64_t clock_hi;
-	uint64_t clock_sent_ms;
-	uint64_t clock_ahead_ms;
+	struct event *beat_ev;	/* every trust_ms / 4: ask the incarnations */
+	struct event *trust_ev; /* at the earliest scope's trust_ms after its
+				   last vouching answer */
+	uint64_t trust_due_ms;
+	unsigned beats; /* beats so far: a scope's busy names the last */
 } trust_;
+
+/* The trust timer at when (the earliest due stays). */
+static void
+locktrust_due(uint64_t when, uint64_t now)
+{
+	if (evtimer_pending(trust_.trust_ev, NULL) &&
+	    trust_.trust_due_ms <= when)
+		return;
+	trust_.trust_due_ms = when;
+	locktimer_add(trust_.trust_ev, when > now ? when - now : 0);
+}
+
+/* What the trust timer found: how many holds lost, and the next end. */
+struct locktrust_walk {
+	uint64_t now;
+	unsigned lost;
+	uint64_t next;
+};
+
+/* ln's holds are lost if their scope's trust ran out (it was not heard
+ * for trust_ms); else its end is a candidate for the next firing. */
+static void
+locktrust_lose_name(struct lock_name *ln, void *arg)
+{
+	struct locktrust_walk *w = arg;
+	struct lock_scope *sc;
+	uint64_t end;
+
+	if (LIST_EMPTY(&ln->holds))
+		return;
+	sc = lockscope_get(lockscope_of(ln));
+	end = sc->vouched_ms + (uint64_t)trust_.cf->redis.trust_ms;
+	if (end > w->now) {
+		if (end < w->next)
+			w->next = end;
+		return;
+	}
+	w->lost++;
+	lockcheck_lose_holds(ln);
+}
 
 static void
 locktrust_lost_cb(evutil_socket_t fd, short what, void *arg)
 {
-	if (stats[STAT_locks_held] > 0)
+	struct locktrust_walk w = { mono_ms(), 0, UINT64_MAX };
+
+	lockname_foreach(locktrust_lose_name, &w);
+	if (w.lost > 0)
 		log_warnx(
-		    "redis: no word of its incarnation for %d ms: every hold here is lost (redis.trust_ms)",
-		    trust_.cf->redis.trust_ms);
-	lockcheck_lose_all();
+		    "redis: no word of the incarnation of %u name%s held here for %d ms: their holds are lost (redis.trust_ms)",
+		    w.lost, w.lost == 1 ? "" : "s", trust_.cf->redis.trust_ms);
+	if (w.next != UINT64_MAX)
+		locktrust_due(w.next, w.now);
+}
+
+/* ln's scope is busy in this beat if ln has holds or waiters here. */
+static void
+locktrust_busy_name(struct lock_name *ln, void *arg)
+{
+	if (!LIST_EMPTY(&ln->holds) || !TAILQ_EMPTY(&ln->waiters))
+		lockscope_get(lockscope_of(ln))->busy = trust_.beats;
+}
+
+/* A scope busy in this beat is asked which incarnation it serves. */
+static void
+locktrust_ask_scope(struct lock_scope *sc, void *arg)
+{
+	unsigned *asked = arg;
+
+	if (sc->busy != trust_.beats)
+		return;
+	lockdb_incarnation_of(sc->scope);
+	(*asked)++;
 }
 
 /*
@@ -73,7 +136,9 @@ locktrust_lost_cb(evutil_socket_t fd, short what, void *arg)
  * request is sent after a beat (lockdb_quiet). Not while it refuses grants
  * for Redis's maxmemory-policy, nor before Redis first answered which
  * incarnation it serves: it must see either change, and no request of its
- * own will show it.
+ * own will show it. Each scope (lock_scope.h) with holds or waiters here
+ * is asked; on one Redis, scope 0 is asked whenever the broker is not
+ * quiet.
  */
 static void
 locktrust_beat_cb(evutil_socket_t fd, short what, void *arg)
@@ -83,14 +148,19 @@ locktrust_beat_cb(evutil_socket_t fd, short what, void *arg)
 	 * ask refused, say NOREPLICAS) keeps asking. */
 	bool quiet = stats[STAT_locks_held] == 0 && stats[STAT_waiters] == 0 &&
 	    lockdb_refusal() == NULL && lockdb_up();
+	unsigned asked = 0;
 
 	lockdb_quiet(quiet);
 	if (quiet)
 		return;
-	lockdb_incarnation();
+	trust_.beats++;
+	lockname_foreach(locktrust_busy_name, NULL);
+	lockscope_foreach(locktrust_ask_scope, &asked);
+	if (asked == 0 && !lockdb_scoped())
+		lockdb_incarnation_of(0);
 	if (stats[STAT_locks_held] > 0 && lockdb_up() &&
 	    chaos_fault != CHAOS_NO_CONFIRM)
-		lockcheck_confirm_all(false);
+		lockcheck_confirm_scope(-1, false);
 }
 
 /*
@@ -100,60 +170,60 @@ locktrust_beat_cb(evutil_socket_t fd, short what, void *arg)
  * grow by the drift alone; what it grew beyond is a forward step of
  * Redis's wall clock (never less than the step was). Steps add up: past
  * half of redis.clock_step_ms, the margin each lease has in Redis, every
- * hold is confirmed again, and trusts no more than Redis says is left.
+ * hold in the scope is confirmed again, and trusts no more than Redis
+ * says is left. Each scope keeps its own: a cluster's nodes have clocks
+ * of their own.
  */
 static void
-locktrust_clock(const struct lockdb_inc *inc, uint64_t now)
+locktrust_clock(
+    struct lock_scope *sc, const struct lockdb_inc *inc, uint64_t now)
 {
 	int64_t lo = (int64_t)inc->redis_ms - (int64_t)now;
 	int64_t hi = (int64_t)inc->redis_ms - (int64_t)inc->sent_ms;
 
 	if (inc->redis_ms == 0)
 		return; /* not said */
-	if (trust_.clock_known) {
+	if (sc->clock_known) {
 		double allow = trust_.cf->locks.clock_drift *
-		    (double)(now - trust_.clock_sent_ms);
-		int64_t ahead = lo - trust_.clock_hi - (int64_t)allow - 1;
+		    (double)(now - sc->clock_sent_ms);
+		int64_t ahead = lo - sc->clock_hi - (int64_t)allow - 1;
 
 		if (ahead > 0)
-			trust_.clock_ahead_ms += (uint64_t)ahead;
+			sc->clock_ahead_ms += (uint64_t)ahead;
 	}
-	trust_.clock_known = true;
-	trust_.clock_hi = hi;
-	trust_.clock_sent_ms = inc->sent_ms;
-	if (trust_.clock_ahead_ms * 2 <=
-	    (uint64_t)trust_.cf->redis.clock_step_ms)
+	sc->clock_known = true;
+	sc->clock_hi = hi;
+	sc->clock_sent_ms = inc->sent_ms;
+	if (sc->clock_ahead_ms * 2 <= (uint64_t)trust_.cf->redis.clock_step_ms)
 		return;
 	if (stats[STAT_locks_held] > 0)
 		log_warnx(
 		    "redis: its clock ran %" PRIu64
-		    " ms ahead of this broker's: every hold here is confirmed again (redis.clock_step_ms)",
-		    trust_.clock_ahead_ms);
-	trust_.clock_ahead_ms = 0;
+		    " ms ahead of this broker's: every hold here in its names is confirmed again (redis.clock_step_ms)",
+		    sc->clock_ahead_ms);
+	sc->clock_ahead_ms = 0;
 	STAT_INC(redis_clock_steps_total);
 	if (chaos_fault != CHAOS_NO_CONFIRM)
-		lockcheck_confirm_all(true);
+		lockcheck_confirm_scope(sc->scope, true);
 }
 
 static void
 locktrust_incarnation_cb(const struct lockdb_inc *inc)
 {
 	uint64_t trust = (uint64_t)trust_.cf->redis.trust_ms, now = mono_ms();
+	struct lock_scope *sc = lockscope_get(inc->scope);
 
 	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
-		lockcheck_new_incarnation(now,
-		    trust_.vouched_ms + trust > now
-			? trust_.vouched_ms + trust - now
-			: 0);
+		lockcheck_new_incarnation(inc->scope, now,
+		    sc->vouched_ms + trust > now ? sc->vouched_ms + trust - now
+						 : 0);
 	}
 	if (inc->changed && !inc->first)
-		trust_.forgot();
-	locktrust_clock(inc, now);
-	if (inc->sent_ms > trust_.vouched_ms)
-		trust_.vouched_ms = inc->sent_ms;
-	locktimer_add(trust_.trust_ev,
-	    trust_.vouched_ms + trust > now ? trust_.vouched_ms + trust - now
-					    : 0);
+		trust_.forgot(inc->scope);
+	locktrust_clock(sc, inc, now);
+	if (inc->sent_ms > sc->vouched_ms)
+		sc->vouched_ms = inc->sent_ms;
+	locktrust_due(sc->vouched_ms + trust, now);
 }
 
 void
@@ -162,7 +232,7 @@ locktrust_init(struct event_base *base, const struct config *cf,
 {
 	trust_.cf = cf;
 	trust_.forgot = forgot;
-	trust_.vouched_ms = 0;
+	trust_.beats = 0;
 	trust_.trust_ev = locktimer_new(base, 0, locktrust_lost_cb, NULL);
 	trust_.beat_ev =
 	    locktimer_new(base, EV_PERSIST, locktrust_beat_cb, NULL);

@@ -10,8 +10,9 @@
 struct config;
 struct event_base;
 
-/* Redis forgot its lock data (a new incarnation): its queues too. */
-typedef void locktrust_forgot_fn(void);
+/* Redis forgot the lock data of a scope (a new incarnation;
+ * lock_scope.h): its queues too. */
+typedef void locktrust_forgot_fn(int scope);
 void locktrust_init(struct event_base *base, const struct config *cf,
     locktrust_forgot_fn *forgot);
 /* Free the trust timers (the last step of a shutdown). */

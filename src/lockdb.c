@@ -15,7 +15,9 @@
 #include "lockdb.h"
 #include "lockdb_int.h"
 #include "log.h"
+#include "proto.h"
 #include "redisc.h"
+#include "slot.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -247,6 +249,7 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 		    " ms: give every broker the same redis.trust_ms, redis.clock_step_ms and locks.clock_drift (docs/operations.md, When Redis forgets)",
 		    e[3]->integer, lockdb.grace_ms + lockdb.lag_ms);
 	}
+	inc.scope = 0;
 	inc.first = lockdb.inc[0] == '\0';
 	inc.changed = strcmp(lockdb.inc, e[0]->str) != 0;
 	inc.grace_ms = e[1]->integer > 0 ? (uint64_t)e[1]->integer : 0;
@@ -266,6 +269,38 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	}
 	if (lockdb.inc_fn != NULL)
 		lockdb.inc_fn(&inc);
+}
+
+/* The slot of the name's keys "<prefix>{<name>}...": the prefix has no
+ * braces, so it is the slot of "{<name>}" (whose tag ends at a "}" in
+ * the name, if it has one). */
+int
+lockdb_scope_of(const char *name)
+{
+	char key[PROTO_NAME_MAX + 3];
+	size_t n = strlen(name);
+
+	if (!redisc_cluster())
+		return 0;
+	if (n > PROTO_NAME_MAX)
+		n = PROTO_NAME_MAX;
+	key[0] = '{';
+	memcpy(key + 1, name, n);
+	key[n + 1] = '}';
+	return slot_of_key(key, n + 2);
+}
+
+bool
+lockdb_scoped(void)
+{
+	return redisc_cluster();
+}
+
+void
+lockdb_incarnation_of(int scope)
+{
+	if (scope == 0)
+		lockdb_incarnation();
 }
 
 void

@@ -191,12 +191,26 @@ struct lockdb_inc {
 	uint64_t grace_ms;
 	uint64_t sent_ms;
 	uint64_t redis_ms;
+	int scope; /* whose incarnation (lockdb_scope_of) */
 };
 
 typedef void lockdb_inc_fn(const struct lockdb_inc *);
 
 void lockdb_on_incarnation(lockdb_inc_fn *fn);
-/* Ask which incarnation Redis serves (once at a time; not when down). */
+/*
+ * Each scope of the lock data has an incarnation of its own: the whole of
+ * one Redis is scope 0; on a cluster each slot is a scope, whose names'
+ * keys and whose marker live together (a failover of one shard, or a
+ * slot moved, is a new incarnation of that shard's or slot's names only).
+ * LOCKDB_SCOPES bounds them; lockdb_scoped says whether there are more
+ * than one.
+ */
+#define LOCKDB_SCOPES 16384
+int lockdb_scope_of(const char *name);
+bool lockdb_scoped(void);
+/* Ask which incarnation of scope Redis serves (once at a time per scope;
+ * not when down); lockdb_incarnation asks scope 0's. */
+void lockdb_incarnation_of(int scope);
 void lockdb_incarnation(void);
 /* Whether the engine holds nothing and nobody waits (said at each beat):
  * quiet, beats read no evicted_keys and no INFO memory, and the next

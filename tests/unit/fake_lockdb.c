@@ -22,6 +22,8 @@ static struct {
 	uint64_t handoff_ms;
 	lockdb_inc_fn *inc_fn;
 	unsigned inc_asks;
+	unsigned scope_asks[4]; /* lockdb_incarnation_of, per scope below 4 */
+	bool scoped;
 	unsigned quiet; /* lockdb_quiet calls */
 } fake = { .up = true };
 
@@ -200,6 +202,31 @@ lockdb_incarnation(void)
 }
 
 void
+lockdb_incarnation_of(int scope)
+{
+	fake.inc_asks++;
+	if (scope >= 0 && scope < 4)
+		fake.scope_asks[scope]++;
+}
+
+/* Scripted: a name "s<digit>:..." is in scope <digit>, any other in 0
+ * (as on one Redis). */
+int
+lockdb_scope_of(const char *name)
+{
+	if (name[0] == 's' && name[1] >= '0' && name[1] <= '9' &&
+	    name[2] == ':')
+		return name[1] - '0';
+	return 0;
+}
+
+bool
+lockdb_scoped(void)
+{
+	return fake.scoped;
+}
+
+void
 lockdb_quiet(bool quiet)
 {
 	fake.quiet += quiet;
@@ -248,6 +275,8 @@ fake_reset(void)
 	fake.up = true;
 	fake.inc_fn = NULL;
 	fake.inc_asks = 0;
+	memset(fake.scope_asks, 0, sizeof fake.scope_asks);
+	fake.scoped = false;
 	fake.quiet = 0;
 }
 
@@ -410,6 +439,28 @@ fake_incarnation_at(bool changed, uint64_t sent_ms, uint64_t redis_ms)
 
 	if (fake.inc_fn != NULL)
 		fake.inc_fn(&inc);
+}
+
+void
+fake_incarnation_in(
+    int scope, bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms)
+{
+	struct lockdb_inc inc = { first, changed, grace_ms, sent_ms, 0, scope };
+
+	if (fake.inc_fn != NULL)
+		fake.inc_fn(&inc);
+}
+
+unsigned
+fake_scope_asks(int scope)
+{
+	return fake.scope_asks[scope];
+}
+
+void
+fake_set_scoped(bool scoped)
+{
+	fake.scoped = scoped;
 }
 
 unsigned

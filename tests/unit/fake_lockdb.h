@@ -96,8 +96,16 @@ void fake_incarnation(
     bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms);
 /* The same answer, saying Redis's time then (ms on its wall clock). */
 void fake_incarnation_at(bool changed, uint64_t sent_ms, uint64_t redis_ms);
-/* How many times the engine asked for the incarnation. */
+/* The same answer for a scope (names "s<scope>:..." are in it). */
+void fake_incarnation_in(
+    int scope, bool first, bool changed, uint64_t grace_ms, uint64_t sent_ms);
+/* How many times the engine asked for the incarnation (of any scope);
+ * of scope (below 4). */
 unsigned fake_incarnation_asks(void);
+unsigned fake_scope_asks(int scope);
+/* What lockdb_scoped() answers: a cluster's several scopes (false after
+ * fake_reset). */
+void fake_set_scoped(bool scoped);
 /* How many times the engine said it holds nothing (lockdb_quiet). */
 unsigned fake_quiet(void);
 /* What lockdb_up() answers (true after fake_reset). */

@@ -2993,6 +2993,92 @@ START_TEST(test_new_incarnation)
 }
 END_TEST
 
+/* On a cluster each slot is a scope with its own incarnation: a new one
+ * in scope 1 (a failover of its shard, or the slot moved) asks only
+ * scope 1's holds to be put back, and only they are lost if not back in
+ * time; a hold in scope 2 is neither checked nor told. */
+START_TEST(test_new_incarnation_in_one_scope)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	struct fake_call *c;
+	uint64_t t0;
+
+	cf.redis.trust_ms = 300;
+	fake_set_scoped(true);
+	fake_incarnation_in(1, true, true, 0, mono_ms());
+	fake_incarnation_in(2, true, true, 0, mono_ms());
+	hold(1, "s1:a", &a, 7);
+	hold(2, "s2:b", &a, 8);
+	t0 = mono_ms();
+	fake_incarnation_in(1, false, true, 300, t0);
+	c = expect_find(FAKE_CHECK, "s1:a"); /* never answered */
+	ck_assert_uint_eq(c->fence, 7);
+	ck_assert_ptr_null(fake_find(FAKE_CHECK, "s2:b"));
+	while (mono_ms() - t0 < 280) {
+		run_ms(40);
+		fake_incarnation_in(1, false, false, 0, mono_ms());
+		fake_incarnation_in(2, false, false, 0, mono_ms());
+	}
+	ck_assert(wait_told(1));
+	ck_assert_uint_ge(mono_ms() - t0, 295);
+	ck_assert_str_eq(told_take(), "1 LOST s1:a 7 unavailable");
+	ck_assert_ptr_nonnull(hold_of(2, "s2:b"));
+	ck_assert_ptr_null(fake_find(FAKE_CHECK, "s2:b"));
+}
+END_TEST
+
+/* Trust runs out per scope: scope 1 falls silent while scope 2 goes on
+ * answering; only scope 1's hold is lost, after trust_ms. */
+START_TEST(test_trust_runs_out_in_one_scope)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	uint64_t t0;
+
+	cf.redis.trust_ms = 100;
+	fake_set_scoped(true);
+	fake_incarnation_in(1, true, true, 0, mono_ms());
+	fake_incarnation_in(2, true, true, 0, mono_ms());
+	hold(1, "s1:a", &a, 7);
+	hold(2, "s2:b", &a, 8);
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 200) {
+		run_ms(20);
+		fake_incarnation_in(2, false, false, 0, mono_ms());
+	}
+	ck_assert_str_eq(told_take(), "1 LOST s1:a 7 unavailable");
+	ck_assert_ptr_nonnull(hold_of(2, "s2:b"));
+}
+END_TEST
+
+/* The beat asks each scope that has holds here, on its own, and no
+ * other (a cluster's broker asks only the slots it uses). */
+START_TEST(test_beat_asks_busy_scopes)
+{
+	struct lock_acquire_args a = args(60000, -1);
+	unsigned asks1, asks2;
+	uint64_t t0;
+
+	fake_set_scoped(true);
+	fake_incarnation_in(1, true, true, 0, mono_ms());
+	fake_incarnation_in(2, true, true, 0, mono_ms());
+	hold(1, "s1:a", &a, 7);
+	hold(2, "s2:b", &a, 8);
+	asks1 = fake_scope_asks(1);
+	asks2 = fake_scope_asks(2);
+	t0 = mono_ms();
+	while (mono_ms() - t0 < (uint64_t)cf.redis.trust_ms) {
+		run_ms(100);
+		fake_incarnation_in(1, false, false, 0, mono_ms());
+		fake_incarnation_in(2, false, false, 0, mono_ms());
+	}
+	ck_assert_uint_ge(fake_scope_asks(1), asks1 + 3);
+	ck_assert_uint_ge(fake_scope_asks(2), asks2 + 3);
+	ck_assert_uint_eq(fake_scope_asks(0), 0);
+	ck_assert_uint_eq(fake_scope_asks(3), 0);
+	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
 /* Redis forgot its lock data (a new incarnation): the queues went with
  * it, so every ticketed waiter takes its place again at once, the trier
  * first. One whose try is in Redis then takes it again as soon as that
@@ -3262,6 +3348,9 @@ engine_suite(void)
 	LOOP(test_acquire_bad_args, badargs);
 	tcase_add_test(tc, test_trust_runs_out);
 	tcase_add_test(tc, test_new_incarnation);
+	tcase_add_test(tc, test_new_incarnation_in_one_scope);
+	tcase_add_test(tc, test_trust_runs_out_in_one_scope);
+	tcase_add_test(tc, test_beat_asks_busy_scopes);
 	tcase_add_test(tc, test_new_incarnation_retakes);
 	tcase_add_test(tc, test_new_incarnation_trier_busy);
 	tcase_add_test(tc, test_try_once_asks_again_after_a_new_incarnation);
