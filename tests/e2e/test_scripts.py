@@ -114,7 +114,7 @@ class Scripts(BrokerTest):
         r = self.run_script("release", name, token, CH, name, done, 1000,
                             fence, broker, 300, "lockbroker:to:", 700, inc,
                             "", cost=cost, marker=marker)
-        return r[0] if r is not None and len(r) == 1 else r
+        return r[0] if isinstance(r, list) and len(r) == 1 else r
 
     def ran_out(self, name):
         """name's lease runs out in Redis: its lock key goes, and its
@@ -957,6 +957,25 @@ class Scripts(BrokerTest):
         self.assertIn("WRONGTYPE", str(out[1]))
         self.assertEqual(out[2], [1, f(1)])
         self.assertIsNone(self.r("GET", "lockbroker:{e1}"))
+
+    def test_a_master_without_its_replicas(self):
+        """A master that min-replicas-to-write stops refuses every script
+        that may write before it runs (NOREPLICAS), allow-oom or not: the
+        beat above all, as such a master vouches for nothing; status and
+        who (no-writes) are answered."""
+        self.assertEqual(self.acquire("n", "t")[0], 1)
+        self.r("CONFIG", "SET", "min-replicas-to-write", 1)
+        self.addCleanup(self.r, "CONFIG", "SET", "min-replicas-to-write", 0)
+        for out in (self.run_script("incarnation", "", "", 1000, 0, 0, ""),
+                    self.release("n", "t"), self.acquire("m", "t"),
+                    self.run_script("extend", "n", "t", 20000, f(1), ME, CH,
+                                    "n", INC, "")):
+            self.assertIsInstance(out, RuntimeError)
+            self.assertTrue(str(out).startswith("NOREPLICAS "), out)
+        self.assertEqual(self.run_script("status", "n", f(1), "t", INC)[0],
+                         1)
+        self.assertEqual(len(self.run_script("who", "n")), 2)
+        self.assertIsNotNone(self.r("GET", "lockbroker:{n}"))
 
     def test_batch_calls_with_their_own_markers(self):
         """Each call of a batch carries all its own keys, its marker too
