@@ -171,6 +171,8 @@ const struct config_key config_keys[] = {
 	K_LIST("redis.sentinels", redis.sentinels, redis.nsentinels,
 	    CONFIG_MAX_SENTINELS, config_check_hostport, 0),
 	K_STR("redis.master_name", redis.master_name, "", NULL, 0),
+	K_LIST("redis.cluster", redis.cluster, redis.ncluster,
+	    CONFIG_MAX_SENTINELS, config_check_hostport, 0),
 	K_INT("redis.wait_replicas", redis.wait_replicas, 0, 0, 100, 0),
 	K_BOOL("redis.allow_eviction", redis.allow_eviction, false, 0),
 	K_INT("redis.trust_ms", redis.trust_ms, 5000, 100, 600000, 0),

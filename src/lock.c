@@ -675,6 +675,7 @@ lock_init(struct event_base *base, const struct config *config)
 	    chaos_fault == CHAOS_NO_GRACE ? 1 : config_grace_ms(cf),
 	    (uint64_t)cf->redis.clock_step_ms);
 	lockdb_allow_eviction(cf->redis.allow_eviction);
+	lockdb_set_trust((uint64_t)cf->redis.trust_ms);
 	locktry_init(base, cf);
 	locknews_init();
 }

@@ -112,6 +112,8 @@ bool lockdb_up(void);
  * allow says to grant anyway. */
 const char *lockdb_refusal(void);
 void lockdb_allow_eviction(bool allow);
+/* How long an incarnation's answer vouches for holds (redis.trust_ms). */
+void lockdb_set_trust(uint64_t trust_ms);
 
 /* broker ("<host>:<pid>:<random>") names this broker in WHO entries, in
  * its tickets, and in the messages that tell other brokers of a grant it

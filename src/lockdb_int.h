@@ -15,6 +15,7 @@
 #include "lockdb.h"
 #include "proto.h"
 #include "redisc.h"
+#include "slot.h"
 
 /*
  * The scripts live in src/lua/<script>.lua, each with its KEYS, ARGV and
@@ -58,6 +59,33 @@ struct lockdb_req {
 	char name[];   /* for logs */
 };
 
+/* Redis's default cluster-node-timeout, for a node that will not say. */
+#define LOCKDB_NODE_TIMEOUT_MS 15000
+
+/* What a node said of itself at its connect (INFO, CONFIG GET). */
+struct lockdb_node {
+	char runid[48];		  /* "?" until INFO answers, "" if it may not be
+			      read */
+	char policy[32];	  /* its maxmemory-policy, "" until known */
+	char refusal[96];	  /* lockdb_refusal's text, "" for none */
+	uint64_t lag_ms;	  /* how long it takes writes cut off from its
+			      replicas (min-replicas-max-lag + 2 s) or, a
+			      cluster's, from the majority (node timeout) */
+	uint64_t min_lag_ms;	  /* min-replicas-max-lag + 2 s, or 0 */
+	uint64_t node_timeout_ms; /* cluster-node-timeout, or 0 unread */
+	char grace[24];	    /* grace_ms + lag_ms, as incarnation.lua takes it */
+	bool min_replicas;  /* min-replicas-to-write > 0, as far as known */
+	bool told_eviction; /* warned of evicting, allowed, since connect */
+	uint64_t memory_ms; /* when INFO memory was last asked (a cluster) */
+};
+
+/* A scope's incarnation (lockdb.h: the whole of one Redis, or a slot). */
+struct lockdb_scope {
+	char inc[32];	   /* the id this broker knows, "" until it knows one */
+	bool asking;	   /* an incarnation.lua is out */
+	uint64_t asked_ms; /* when the last answered one was sent */
+};
+
 /* lockdb's state: lockdb.c sets it up and keeps the connection's and
  * the incarnation's parts; the others read it. */
 struct lockdb_state {
@@ -75,24 +103,18 @@ struct lockdb_state {
 	void (*up_fn)(void *); /* the engine's, at every connect */
 	void *up_arg;
 	bool allow_eviction;
-	char policy[32];  /* Redis's maxmemory-policy, "" until known */
-	char refusal[96]; /* lockdb_refusal's text, "" for none */
-	/* The incarnation of the lock data (incarnation.lua). */
-	char inc[32];	   /* the id this broker knows, "" until it knows one */
-	char runid[48];	   /* the command connection's Redis: "?" until INFO
-			    answers, "" if it may not be read */
+	/* What each node (redisc.h: the one Redis is node 0) said of itself
+	 * at its connect (lockdb.c). */
+	struct lockdb_node node[REDISC_NODES_MAX];
+	/* The incarnation of each scope's lock data (lockdb_inc.c). */
+	struct lockdb_scope **scope; /* LOCKDB_SCOPES, NULL until asked */
 	uint64_t grace_ms; /* a new incarnation refuses grants this long */
-	uint64_t lag_ms;   /* how long a master cut off from its replicas
-			      takes writes (min-replicas-max-lag + 2 s) */
-	char grace[24];	   /* grace_ms + lag_ms, as incarnation.lua takes it */
-	bool asking;	   /* an incarnation.lua is out */
+	uint64_t trust_ms; /* how long an answer vouches (lockdb_set_trust) */
 	bool quiet;	   /* lockdb_quiet: nothing held, nobody waits */
-	unsigned incs;	   /* incarnations learned (changes of inc) */
-	bool checked;	   /* answered on this connection */
-	bool min_replicas; /* min-replicas-to-write > 0, as far as known */
+	unsigned incs;	   /* incarnations learned (changes of any scope's) */
+	bool checked;	   /* scope 0 answered on this connection (one Redis) */
 	bool told_need;	   /* warned of a longer grace period elsewhere */
-	bool told_eviction; /* warned of evicting, allowed, since connect */
-	unsigned beats;	    /* incarnation questions asked */
+	unsigned beats;	   /* incarnation questions asked (one Redis) */
 	lockdb_inc_fn *inc_fn;
 	char why[96]; /* a gate's refusal, for lockdb_reply.why */
 };
@@ -109,8 +131,24 @@ struct lockdb_req *lockdb_req_new(enum lockdb_op op,
  * for a chaos fault). */
 void lockdb_scripts_init(void);
 
-/* lockdb_script.c: incarnation.lua, asked by the beat (lockdb.c). */
-void lockdb_script_incarnation(redisc_cb *cb, void *arg);
+/* lockdb_script.c: incarnation.lua for scope, asked by the beat
+ * (lockdb_inc.c). */
+void lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg);
+
+/* lockdb_inc.c: scope's entry, made if needed; the incarnation id known
+ * for it ("" for none); the run_id, and the grace period to ask for, of
+ * the node that serves it now. */
+struct lockdb_scope *lockdb_scope(int scope);
+const char *lockdb_inc_of(int scope);
+const char *lockdb_runid_of(int scope);
+const char *lockdb_grace_of(int scope);
+/* lockdb_inc.c: a request on a scope not heard lately asks first, so
+ * that its answer (sent first on the same node) vouches anew. */
+void lockdb_inc_before(int scope);
+/* lockdb_inc.c: a node said who it is (INFO): its scopes are asked. */
+void lockdb_inc_node_known(int node);
+/* lockdb.c: the node's facts (INFO memory, asked with the beat). */
+void lockdb_memory(int node);
 
 /* lockdb_script.c: a key of no name ("/<word>" in a KEYS line) for name
  * (NULL: the beat's) in buf; its length. */

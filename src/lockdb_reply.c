@@ -96,8 +96,8 @@ lockdb_gate_closed(long long code, long long ms, struct lockdb_reply *out)
 	if (code == -1) {
 		snprintf(lockdb.why, sizeof lockdb.why,
 		    "Redis holds lock data this broker has not checked yet");
-		out->again = true; /* if learned since: lockdb_reply_cb */
-		lockdb_incarnation();
+		out->again = true; /* if learned since: lockdb_reply_cb, which
+				      asks which it is */
 	} else
 		snprintf(lockdb.why, sizeof lockdb.why,
 		    "Redis forgot its locks; no grant for %lld ms (grace period)",
@@ -269,6 +269,8 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 		log_warnx("redis: lock %s: malformed script reply", req->name);
 		out.status = LDB_INTERNAL;
 	}
+	if (out.again) /* the gate: not the incarnation known here */
+		lockdb_incarnation_of(lockdb_scope_of(req->name));
 	out.again = out.again && req->incs != lockdb.incs;
 	req->cb(&out, req->arg);
 	free((void *)out.holders);

@@ -15,6 +15,7 @@
 #include "lua_scripts.h"
 #include "proto.h"
 #include "redisc.h"
+#include "slot.h"
 #include "util.h"
 #include "xmalloc.h"
 
@@ -55,20 +56,33 @@ _Static_assert(LUA_BLIND_RELEASE_ARG_TOKEN == LUA_RELEASE_ARG_TOKEN &&
 
 /*
  * The key of no name "/<word>" a script declares (today only
- * /incarnation), for name (NULL: the beat's), in buf: "<prefix><word>",
- * one for the whole Redis. On a cluster it is to be one per slot, in the
- * name's slot ("<prefix>{<tag of the name's slot>}<word>"), so that every
- * key of a call is in one slot: this function alone makes it. Its length.
+ * /incarnation) of scope, in buf: "<prefix><word>", one for the whole of
+ * one Redis; on a cluster one per slot, in the slot itself
+ * ("<prefix>{<tag of the slot>}<word>": slot.h), so that every key of a
+ * call is in one slot, and the marker moves with its slot's names. This
+ * function alone makes it. Its length.
  */
-size_t
-lockdb_key_of_no_name(
-    const char *name, const char *word, char *buf, size_t size)
+static size_t
+lockdb_scope_key(int scope, const char *word, char *buf, size_t size)
 {
 	char *p = buf;
 
 	util_cat(&p, buf + size, lockdb.prefix);
+	if (lockdb_scoped()) {
+		util_cat(&p, buf + size, "{");
+		util_cat(&p, buf + size, slot_tag(scope));
+		util_cat(&p, buf + size, "}");
+	}
 	util_cat(&p, buf + size, word);
 	return (size_t)(p - buf);
+}
+
+/* The key of no name "/<word>" for name's call, in its scope. */
+size_t
+lockdb_key_of_no_name(
+    const char *name, const char *word, char *buf, size_t size)
+{
+	return lockdb_scope_key(lockdb_scope_of(name), word, buf, size);
 }
 
 /* The key of name with suffix ("", ":<word>" or "/<word>", as a KEYS
@@ -107,13 +121,14 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 	if (nkeys > LOCKDB_KEYS_MAX || nkeys + nargs > LOCKDB_ARGV_MAX)
 		fatalx("lockdb: %d keys and %d arguments are too many", nkeys,
 		    nargs);
-	if (lockdb.quiet) {
+	if (lockdb.quiet && !lockdb_scoped()) {
 		/* Quiet since the last beat: a beat first, whose answer
 		 * comes before this one's. */
 		lockdb.quiet = false;
 		lockdb.beats = 3; /* with INFO memory: the policy may be new */
 		lockdb_incarnation();
 	}
+	lockdb_inc_before(lockdb_scope_of(name));
 	for (int i = 0; i < nkeys; i++) {
 		lens[n] =
 		    lockdb_key(name, script->keys[i], key[i], sizeof key[i]);
@@ -149,6 +164,7 @@ static void
 lockdb_acquire_exclusive(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], watch[UTIL_U64_LEN];
 	char least[UTIL_U64_LEN], ticket[sizeof lockdb.mine];
 	const char *args[LUA_ACQUIRE_NARGS] = {
@@ -164,8 +180,8 @@ lockdb_acquire_exclusive(
 		[LUA_ACQUIRE_ARG_TICKET] = ticket,
 		[LUA_ACQUIRE_ARG_LEAST_N] = least,
 		[LUA_ACQUIRE_ARG_LIVE_MS] = lockdb.live,
-		[LUA_ACQUIRE_ARG_INCARNATION] = lockdb.inc,
-		[LUA_ACQUIRE_ARG_RUN_ID] = lockdb.runid,
+		[LUA_ACQUIRE_ARG_INCARNATION] = lockdb_inc_of(scope),
+		[LUA_ACQUIRE_ARG_RUN_ID] = lockdb_runid_of(scope),
 	};
 
 	util_u64str(ttl, a->ttl_ms + lockdb.step_ms);
@@ -181,6 +197,7 @@ static void
 lockdb_acquire_shared(
     const char *name, const struct lockdb_ask *a, lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	char ttl[UTIL_U64_LEN], mark[UTIL_U64_LEN], n[UTIL_U64_LEN];
 	char mode[UTIL_U64_LEN + 6], least[UTIL_U64_LEN];
 	char ticket[sizeof lockdb.mine], *p = mode;
@@ -193,8 +210,8 @@ lockdb_acquire_shared(
 		[LUA_SHARE_ARG_LIMIT_N] = n,
 		[LUA_SHARE_ARG_CHANNEL] = lockdb.channel,
 		[LUA_SHARE_ARG_LOCK_NAME] = name,
-		[LUA_SHARE_ARG_INCARNATION] = lockdb.inc,
-		[LUA_SHARE_ARG_RUN_ID] = lockdb.runid,
+		[LUA_SHARE_ARG_INCARNATION] = lockdb_inc_of(scope),
+		[LUA_SHARE_ARG_RUN_ID] = lockdb_runid_of(scope),
 		[LUA_SHARE_ARG_TICKET] = ticket,
 		[LUA_SHARE_ARG_LEAST_N] = least,
 		[LUA_SHARE_ARG_LIVE_MS] = lockdb.live,
@@ -230,6 +247,7 @@ void
 lockdb_release(const char *name, const char *token, uint64_t fence,
     enum lockdb_done done, uint64_t done_ms, lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	static const char *const marks[] = { "0", "1", "2" };
 	char ms[UTIL_U64_LEN], f[UTIL_U64_LEN];
 	const char *args[LUA_RELEASE_NARGS] = {
@@ -243,8 +261,8 @@ lockdb_release(const char *name, const char *token, uint64_t fence,
 		[LUA_RELEASE_ARG_HANDOFF_MS] = lockdb.handoff,
 		[LUA_RELEASE_ARG_TO_PREFIX] = lockdb.to,
 		[LUA_RELEASE_ARG_LIVE_MS] = lockdb.live,
-		[LUA_RELEASE_ARG_INCARNATION] = lockdb.inc,
-		[LUA_RELEASE_ARG_RUN_ID] = lockdb.runid,
+		[LUA_RELEASE_ARG_INCARNATION] = lockdb_inc_of(scope),
+		[LUA_RELEASE_ARG_RUN_ID] = lockdb_runid_of(scope),
 	};
 
 	util_u64str(ms, done_ms > 0 ? done_ms : 1);
@@ -278,6 +296,7 @@ static void
 lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
     lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	char ttl[UTIL_U64_LEN], f[UTIL_U64_LEN];
 	const char *args[LUA_EXTEND_NARGS] = {
 		[LUA_EXTEND_ARG_TOKEN] = token,
@@ -286,8 +305,8 @@ lockdb_pexpire(const char *name, const char *token, uint64_t fence, uint64_t ms,
 		[LUA_EXTEND_ARG_BROKER] = lockdb.broker,
 		[LUA_EXTEND_ARG_CHANNEL] = lockdb.channel,
 		[LUA_EXTEND_ARG_LOCK_NAME] = name,
-		[LUA_EXTEND_ARG_INCARNATION] = lockdb.inc,
-		[LUA_EXTEND_ARG_RUN_ID] = lockdb.runid,
+		[LUA_EXTEND_ARG_INCARNATION] = lockdb_inc_of(scope),
+		[LUA_EXTEND_ARG_RUN_ID] = lockdb_runid_of(scope),
 	};
 
 	util_u64str(ttl, ms);
@@ -313,11 +332,12 @@ void
 lockdb_status(const char *name, uint64_t fence, const char *token,
     lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	char f[24];
 	const char *args[LUA_STATUS_NARGS] = {
 		[LUA_STATUS_ARG_GRANT_FENCE] = f,
 		[LUA_STATUS_ARG_TOKEN] = token != NULL ? token : "",
-		[LUA_STATUS_ARG_INCARNATION] = lockdb.inc,
+		[LUA_STATUS_ARG_INCARNATION] = lockdb_inc_of(scope),
 	};
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
@@ -334,14 +354,15 @@ void
 lockdb_check(const char *name, const char *token, uint64_t fence,
     uint64_t restore_ms, const char *info, lockdb_cb *cb, void *arg)
 {
+	const int scope = lockdb_scope_of(name);
 	char f[24], ttl[24], value[PROTO_TOKEN_MAX + 200];
 	const char *args[LUA_CHECK_NARGS] = {
 		[LUA_CHECK_ARG_TOKEN] = token,
 		[LUA_CHECK_ARG_GRANT_FENCE] = f,
 		[LUA_CHECK_ARG_RESTORE_MS] = ttl,
 		[LUA_CHECK_ARG_LOCK_VALUE] = value,
-		[LUA_CHECK_ARG_INCARNATION] = lockdb.inc,
-		[LUA_CHECK_ARG_RUN_ID] = lockdb.runid,
+		[LUA_CHECK_ARG_INCARNATION] = lockdb_inc_of(scope),
+		[LUA_CHECK_ARG_RUN_ID] = lockdb_runid_of(scope),
 	};
 
 	snprintf(f, sizeof f, "%" PRIu64, fence);
@@ -365,10 +386,10 @@ lockdb_revoke(const char *name, uint64_t keep_ms, lockdb_cb *cb, void *arg)
 	lockdb_send(LDB_REVOKE, &lockdb_lua_revoke, name, args, cb, arg);
 }
 
-/* incarnation.lua for the beat (lockdb.c): its key, and its arguments by
- * name. */
+/* incarnation.lua for the beat (lockdb_inc.c): scope's marker, and its
+ * arguments by name. */
 void
-lockdb_script_incarnation(redisc_cb *cb, void *arg)
+lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg)
 {
 	char key[LOCKDB_KEY_MAX];
 	const char *argv[1 + LUA_INCARNATION_NARGS] = { key };
@@ -376,15 +397,16 @@ lockdb_script_incarnation(redisc_cb *cb, void *arg)
 	size_t lens[1 + LUA_INCARNATION_NARGS];
 
 	_Static_assert(LUA_INCARNATION_NKEYS == 1, "the marker alone");
-	lockdb_key(NULL, lockdb_lua_incarnation.keys[0], key, sizeof key);
-	args[LUA_INCARNATION_ARG_RUN_ID] = lockdb.runid;
-	args[LUA_INCARNATION_ARG_GRACE_MS] = lockdb.grace;
+	lockdb_scope_key(
+	    scope, lockdb_lua_incarnation.keys[0] + 1, key, sizeof key);
+	args[LUA_INCARNATION_ARG_RUN_ID] = lockdb_runid_of(scope);
+	args[LUA_INCARNATION_ARG_GRACE_MS] = lockdb_grace_of(scope);
 	args[LUA_INCARNATION_ARG_READ_EVICTIONS] = lockdb.allow_eviction ||
 		lockdb.quiet || chaos_fault == CHAOS_NO_EVICTION_CHECK
 	    ? "0"
 	    : "1";
 	args[LUA_INCARNATION_ARG_SKEW_MS] = lockdb.skew;
-	args[LUA_INCARNATION_ARG_KNOWN_ID] = lockdb.inc;
+	args[LUA_INCARNATION_ARG_KNOWN_ID] = lockdb_inc_of(scope);
 	for (int i = 0; i < 1 + LUA_INCARNATION_NARGS; i++)
 		lens[i] = strlen(argv[i]);
 	redisc_eval(&lockdb_lua_incarnation.rs, 1, 1 + LUA_INCARNATION_NARGS,
@@ -403,8 +425,9 @@ lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
 	snprintf(t, sizeof t, "%" PRIu64, timeout_ms);
 	for (int i = 0; i < 3; i++)
 		lens[i] = strlen(argv[i]);
-	redisc_command(3, argv, lens, lockdb_reply_cb,
-	    lockdb_req_new(LDB_WAIT, NULL, name, cb, arg));
+	/* Where the write went (its slot's node), right after it. */
+	redisc_command_slot(lockdb_scope_of(name), 3, argv, lens,
+	    lockdb_reply_cb, lockdb_req_new(LDB_WAIT, NULL, name, cb, arg));
 }
 
 /*

@@ -15,6 +15,8 @@
 struct event_base;
 struct config_redis;
 
+#define REDISC_NODES_MAX 32 /* a cluster's masters (the one Redis: 1) */
+
 /*
  * Called exactly once per request, always from the event loop and never from
  * inside redisc_eval. reply NULL means Redis could not answer in time: not
@@ -28,10 +30,11 @@ struct redisc_script {
 	char sha[41]; /* learnt from SCRIPT LOAD; "" until then */
 	/*
 	 * Calls of this script made in one turn of the loop go to Redis as
-	 * one call of batch, which runs call i as its script number
-	 * batch_op with KEYS[i] and the first call's other keys, then its
-	 * arguments (src/lua/batch.lua); each call still gets its own reply.
-	 * NULL: each call on its own.
+	 * one call of batch (this script's flags), which runs each call as
+	 * its script number batch_op with its own keys and arguments
+	 * (src/lua/batch.lua); each call still gets its own reply. NULL:
+	 * each call on its own, as every call on a cluster (a batch's keys
+	 * would span slots).
 	 */
 	struct redisc_script *batch;
 	int batch_op;
@@ -62,6 +65,15 @@ void redisc_cluster_found(int node);
 bool redisc_cluster(void);
 /* How many masters serve slots in the cluster's map. */
 int redisc_masters(void);
+/* The node that serves slot now (0 on one Redis; -1: none known), how
+ * many nodes there are, and whether one is in the cluster's map (node 0
+ * of one Redis always is). */
+int redisc_node_of(int slot);
+int redisc_nodes(void);
+bool redisc_node_used(int node);
+bool redisc_node_up(int node);
+/* Its "host:port", for logs. */
+const char *redisc_node_name(int node, char *buf, size_t len);
 void redisc_stop(void);
 bool redisc_up(void);
 /* Whether the subscriber connection is up (or not used). */

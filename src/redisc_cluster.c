@@ -88,9 +88,9 @@ redisc_node_at(const char *host, int port)
 		if (rc.node[i].port == port &&
 		    strcmp(rc.node[i].host, host) == 0)
 			return i;
-	if (rc.nnodes == REDISC_MAX_NODES) {
+	if (rc.nnodes == REDISC_NODES_MAX) {
 		log_warnx("redis cluster: more than %d masters; %s:%d not used",
-		    REDISC_MAX_NODES, host, port);
+		    REDISC_NODES_MAX, host, port);
 		return -1;
 	}
 	node = &rc.node[rc.nnodes];
@@ -486,4 +486,42 @@ redisc_cluster_redirect(struct redisc_req *req, const redisReply *r)
 	}
 	redisc_resend(req);
 	return true;
+}
+
+int
+redisc_node_of(int slot)
+{
+	if (!rc.cluster)
+		return 0;
+	return slot >= 0 && slot < SLOT_COUNT ? rc.slot[slot] : -1;
+}
+
+int
+redisc_nodes(void)
+{
+	return rc.nnodes;
+}
+
+bool
+redisc_node_up(int node)
+{
+	return node >= 0 && node < rc.nnodes && rc.node[node].conn.up;
+}
+
+bool
+redisc_node_used(int node)
+{
+	return !rc.cluster || rc.node[node].in_map;
+}
+
+const char *
+redisc_node_name(int node, char *buf, size_t len)
+{
+	if (!rc.cluster)
+		snprintf(buf, len, "%s",
+		    rc.cf->unix_path[0] != '\0' ? rc.cf->unix_path : "redis");
+	else
+		snprintf(
+		    buf, len, "%s:%d", rc.node[node].host, rc.node[node].port);
+	return buf;
 }

@@ -30,7 +30,6 @@
 /* A script's keys and arguments, and its key count. */
 #define REDISC_MAX_ARGS 32
 #define REDISC_HUNG_TIMEOUTS 3 /* command timeouts without any reply */
-#define REDISC_MAX_NODES 32    /* a cluster's masters */
 #define REDISC_REDIRECTS 5     /* MOVED or ASK followed for one request */
 #define REDISC_TRYAGAIN_MS 20  /* a TRYAGAIN is sent again this much later */
 
@@ -90,7 +89,7 @@ struct redisc_node {
 struct redisc_state {
 	struct event_base *base;
 	const struct config_redis *cf;
-	struct redisc_node node[REDISC_MAX_NODES]; /* node[0]: the master */
+	struct redisc_node node[REDISC_NODES_MAX]; /* node[0]: the master */
 	int nnodes;
 	bool cluster;		  /* a Redis Cluster: rc.slot routes requests */
 	int16_t *slot;		  /* a cluster's: each slot's node, or -1 */

@@ -98,6 +98,11 @@ lockdb_refusal(void)
 }
 
 void
+lockdb_set_trust(uint64_t trust_ms)
+{
+}
+
+void
 lockdb_allow_eviction(bool allow)
 {
 }
