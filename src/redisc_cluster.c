@@ -98,8 +98,10 @@ redisc_node_at(const char *host, int port)
 	node->port = port;
 	redisc_conn_init(
 	    &node->conn, "command", redisc_cmd_setup, redisc_target_node);
-	node->conn.node = rc.nnodes;
-	return rc.nnodes++;
+	node->conn.node = rc.nnodes++;
+	if (rc.base_ready)
+		redisc_conn_open(&node->conn);
+	return node->conn.node;
 }
 
 static void
@@ -350,6 +352,17 @@ redisc_map_ask(int node)
 
 	if (rc.mapping || evtimer_pending(rc.map_ev, NULL))
 		return;
+	if (!redisc_node_up(node)) { /* another that is up, or later */
+		for (node = 0; node < rc.nnodes; node++)
+			if (redisc_node_up(node))
+				break;
+		if (node == rc.nnodes) {
+			struct timeval tv = util_timeval(REDISC_MAP_MIN_MS);
+
+			evtimer_add(rc.map_ev, &tv);
+			return;
+		}
+	}
 	if (rc.mapped_ms != 0 && now < rc.mapped_ms + REDISC_MAP_MIN_MS) {
 		struct timeval tv =
 		    util_timeval(rc.mapped_ms + REDISC_MAP_MIN_MS - now);
@@ -404,6 +417,12 @@ redisc_cluster_connected(struct redisc_node *node)
 {
 	if (rc.cluster)
 		redisc_map_ask(node->conn.node);
+}
+
+void
+redisc_cluster_lost(int node)
+{
+	redisc_map_ask(node);
 }
 
 int

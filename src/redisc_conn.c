@@ -266,6 +266,9 @@ redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 	log_warnx("redis %s: connection lost: %s", conn->what,
 	    status == REDIS_OK ? "closed" : ac->errstr);
 	redisc_schedule_reconnect(conn);
+	/* A cluster's master gone: its replica may serve its slots now. */
+	if (conn->node >= 0 && rc.cluster)
+		redisc_cluster_lost(conn->node);
 }
 
 /* hiredis 0.14 has no connect timeout: this timer is it. */
@@ -413,6 +416,7 @@ redisc_subscribe(
 void
 redisc_connect(void)
 {
+	rc.base_ready = true;
 	if (rc.cf->nsentinels > 0)
 		redisc_conn_open(&rc.sent); /* it opens the others */
 	for (int i = 0; i < rc.nnodes; i++)

@@ -91,11 +91,12 @@ struct redisc_state {
 	const struct config_redis *cf;
 	struct redisc_node node[REDISC_NODES_MAX]; /* node[0]: the master */
 	int nnodes;
-	bool cluster;		  /* a Redis Cluster: rc.slot routes requests */
-	int16_t *slot;		  /* a cluster's: each slot's node, or -1 */
-	bool mapping;		  /* a CLUSTER SHARDS (or SLOTS) is out */
-	bool mapped;		  /* a map was read */
-	bool shards_unknown;	  /* a Redis before 7.0: CLUSTER SLOTS */
+	bool cluster;	     /* a Redis Cluster: rc.slot routes requests */
+	int16_t *slot;	     /* a cluster's: each slot's node, or -1 */
+	bool mapping;	     /* a CLUSTER SHARDS (or SLOTS) is out */
+	bool mapped;	     /* a map was read */
+	bool shards_unknown; /* a Redis before 7.0: CLUSTER SLOTS */
+	bool base_ready; /* redisc_connect ran: a new node connects at once */
 	uint64_t mapped_ms;	  /* when the last one was sent */
 	struct event *map_ev;	  /* ask for the map again (redisc_cluster.c) */
 	struct redisc_req *retry; /* answered TRYAGAIN: sent again soon */
@@ -190,6 +191,9 @@ void redisc_cluster_connected(struct redisc_node *node);
 /* redisc_cluster.c: a cluster's error reply to req was handled (sent
  * again, or after ASKING); false: it is req's answer. */
 bool redisc_cluster_redirect(struct redisc_req *req, const redisReply *r);
+/* redisc_cluster.c: a node's command connection was lost: the map is
+ * asked for again (of another node). */
+void redisc_cluster_lost(int node);
 /* redisc_cluster.c: MOVED or ASK "<slot> <host>:<port>" (pure). */
 int redisc_redirect_parse(
     const char *err, int *slot, char *host, size_t len, int *port);
