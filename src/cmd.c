@@ -25,6 +25,7 @@
 #include "cmd_int.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "proto.h"
 #include "stats.h"
 #include "xmalloc.h"
@@ -312,6 +313,7 @@ cmd_info(struct session *s, int argc, char **argv)
 		    stats_hists[i].count,
 		    stats_hist_name((enum stats_hist_id)i),
 		    (double)stats_hists[i].sum_us / 1e6);
+	metrics_info_nodes(s->out);
 	evbuffer_add(s->out, "END\n", 4);
 	return CMD_DONE;
 }

@@ -119,6 +119,10 @@ lockdb_info_cb(const redisReply *r, void *arg)
 	    atoi(p + strlen("connected_slaves:")) > 0 && !n->min_replicas)
 		log_warnx(
 		    "redis: a master with replicas and min-replicas-to-write 0 (or unreadable): cut off from its replicas, it goes on granting after a failover (docs/operations.md, When Redis forgets)");
+	/* A cluster's: up once every master said who it is (one Redis's
+	 * once its incarnation is known, lockdb_inc.c). */
+	if (redisc_cluster() && lockdb_up())
+		STAT_SET(redis_up, 1);
 	lockdb_inc_node_known(node);
 }
 

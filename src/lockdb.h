@@ -210,6 +210,10 @@ void lockdb_on_incarnation(lockdb_inc_fn *fn);
 #define LOCKDB_SCOPES 16384
 int lockdb_scope_of(const char *name);
 bool lockdb_scoped(void);
+/* A node's (redisc.h) new incarnations learned here, and how long a
+ * grace period of its slots has left: for INFO and /metrics. */
+void lockdb_node_stats(
+    int node, uint64_t *incarnations, uint64_t *grace_left_ms);
 /* Ask which incarnation of scope Redis serves (once at a time per scope;
  * not when down); lockdb_incarnation asks scope 0's. */
 void lockdb_incarnation_of(int scope);

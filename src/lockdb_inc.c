@@ -123,6 +123,39 @@ lockdb_inc_reply_ok(const redisReply *r)
 	    e[5]->type == REDIS_REPLY_INTEGER;
 }
 
+/* The node that serves scope, or node 0's figures when none is known. */
+static int
+lockdb_ask_node(int scope)
+{
+	int node = redisc_node_of(scope);
+
+	return node >= 0 ? node : 0;
+}
+
+/* The node's figures: a new incarnation (one made now, or another than
+ * the one known), and its grace period. */
+static void
+lockdb_node_learned(int node, const struct lockdb_inc *inc, bool made)
+{
+	struct lockdb_node *n = &lockdb.node[node];
+	uint64_t until = mono_ms() + inc->grace_ms;
+
+	if (inc->changed && (made || !inc->first))
+		n->incarnations++;
+	if (inc->grace_ms > 0 && until > n->grace_until_ms)
+		n->grace_until_ms = until;
+}
+
+void
+lockdb_node_stats(int node, uint64_t *incarnations, uint64_t *grace_left_ms)
+{
+	const struct lockdb_node *n = &lockdb.node[node];
+	uint64_t now = mono_ms();
+
+	*incarnations = n->incarnations;
+	*grace_left_ms = n->grace_until_ms > now ? n->grace_until_ms - now : 0;
+}
+
 static void
 lockdb_incarnation_cb(const redisReply *r, void *arg)
 {
@@ -160,6 +193,8 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	if (inc.sent_ms > sc->asked_ms)
 		sc->asked_ms = inc.sent_ms;
 	lockdb_evicted(e[5]->integer);
+	lockdb_node_learned(
+	    lockdb_ask_node(inc.scope), &inc, e[2]->integer == 1);
 	if (inc.changed) {
 		lockdb.incs++;
 		memcpy(sc->inc, e[0]->str, e[0]->len + 1);

@@ -77,6 +77,10 @@ struct lockdb_node {
 	bool min_replicas;  /* min-replicas-to-write > 0, as far as known */
 	bool told_eviction; /* warned of evicting, allowed, since connect */
 	uint64_t memory_ms; /* when INFO memory was last asked (a cluster) */
+	/* For INFO and /metrics (lockdb_node_stats): new incarnations of
+	 * its scopes learned here, and until when a grace period runs. */
+	uint64_t incarnations;
+	uint64_t grace_until_ms;
 };
 
 /* A scope's incarnation (lockdb.h: the whole of one Redis, or a slot). */

@@ -152,11 +152,105 @@ metrics_histograms(struct evbuffer *out)
 	}
 }
 
+/* Each Redis node's figures, as metrics_node_each passes them. */
+struct metrics_node {
+	struct redisc_node_stats st;
+	uint64_t incarnations;
+	uint64_t grace_ms;
+};
+
+/* fn(node's figures, arg) for each master in a cluster's map (none on
+ * one Redis, whose figures are the plain redis_* ones). */
+static void
+metrics_node_each(void (*fn)(const struct metrics_node *, void *), void *arg)
+{
+	struct metrics_node m;
+
+	if (!redisc_cluster())
+		return;
+	for (int i = 0; i < redisc_nodes(); i++) {
+		if (!redisc_node_stats(i, &m.st))
+			continue;
+		lockdb_node_stats(i, &m.incarnations, &m.grace_ms);
+		fn(&m, arg);
+	}
+}
+
+/* One node's series, each labelled with its address. */
+static void
+metrics_node_series(const struct metrics_node *m, void *arg)
+{
+	struct evbuffer *out = arg;
+	const char *a = m->st.addr;
+
+	evbuffer_add_printf(out,
+	    "lockbroker_redis_node_up{node=\"%s\"} %d\n"
+	    "lockbroker_redis_node_requests_total{node=\"%s\"} %" PRIu64 "\n"
+	    "lockbroker_redis_node_timeouts_total{node=\"%s\"} %" PRIu64 "\n"
+	    "lockbroker_redis_node_redirects_total{node=\"%s\"} %" PRIu64 "\n"
+	    "lockbroker_redis_node_incarnations_total{node=\"%s\"} %" PRIu64
+	    "\n"
+	    "lockbroker_redis_node_grace_seconds{node=\"%s\"} %.3f\n",
+	    a, m->st.up, a, m->st.requests, a, m->st.timeouts, a,
+	    m->st.redirects, a, m->incarnations, a, (double)m->grace_ms / 1e3);
+}
+
+/* A cluster's masters, each on its own (none on one Redis). */
+static void
+metrics_nodes(struct evbuffer *out)
+{
+	if (!redisc_cluster())
+		return;
+	evbuffer_add_printf(out,
+	    "# HELP lockbroker_redis_node_up 1 while the broker's connection to this cluster master is up\n"
+	    "# TYPE lockbroker_redis_node_up gauge\n"
+	    "# HELP lockbroker_redis_node_requests_total requests sent to this master\n"
+	    "# TYPE lockbroker_redis_node_requests_total counter\n"
+	    "# HELP lockbroker_redis_node_timeouts_total requests this master did not answer in time\n"
+	    "# TYPE lockbroker_redis_node_timeouts_total counter\n"
+	    "# HELP lockbroker_redis_node_redirects_total replies MOVED, ASK, TRYAGAIN or CLUSTERDOWN from this master\n"
+	    "# TYPE lockbroker_redis_node_redirects_total counter\n"
+	    "# HELP lockbroker_redis_node_incarnations_total new incarnations of this master's slots learned (a failover, a slot moved, a slot's first use)\n"
+	    "# TYPE lockbroker_redis_node_incarnations_total counter\n"
+	    "# HELP lockbroker_redis_node_grace_seconds how long a grace period of this master's slots has left\n"
+	    "# TYPE lockbroker_redis_node_grace_seconds gauge\n");
+	metrics_node_each(metrics_node_series, out);
+}
+
+/* Where INFO's node lines go, and the next one's number. */
+struct metrics_info {
+	struct evbuffer *out;
+	unsigned i;
+};
+
+/* One node as INFO shows it: STAT redis_node<i> addr=...,up=... */
+static void
+metrics_node_info(const struct metrics_node *m, void *arg)
+{
+	struct metrics_info *mi = arg;
+
+	evbuffer_add_printf(mi->out,
+	    "STAT redis_node%u addr=%s,up=%d,requests=%" PRIu64
+	    ",timeouts=%" PRIu64 ",redirects=%" PRIu64 ",incarnations=%" PRIu64
+	    ",grace_ms=%" PRIu64 "\n",
+	    mi->i++, m->st.addr, m->st.up, m->st.requests, m->st.timeouts,
+	    m->st.redirects, m->incarnations, m->grace_ms);
+}
+
+void
+metrics_info_nodes(struct evbuffer *out)
+{
+	struct metrics_info mi = { out, 0 };
+
+	metrics_node_each(metrics_node_info, &mi);
+}
+
 void
 metrics_render(struct evbuffer *out)
 {
 	metrics_counters(out);
 	metrics_histograms(out);
+	metrics_nodes(out);
 	metrics_process(out);
 }
 

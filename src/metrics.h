@@ -15,5 +15,7 @@ int metrics_init(struct event_base *base, const struct config *cf);
 void metrics_shutdown(void);
 /* The Prometheus exposition of every stat, appended to out. */
 void metrics_render(struct evbuffer *out);
+/* INFO's lines for each master of a cluster (none on one Redis). */
+void metrics_info_nodes(struct evbuffer *out);
 
 #endif

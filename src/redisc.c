@@ -139,6 +139,7 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		log_debug("redis: request timed out after %d ms",
 		    rc.cf->command_timeout_ms);
 		redisc_answer(req, NULL);
+		rc.node[req->node].timeouts++;
 		redisc_check_hung(&rc.node[req->node].conn, now);
 	}
 	redisc_arm_timeout();
@@ -286,6 +287,7 @@ redisc_send(struct redisc_req *req, bool by_sha)
 	if (node < 0 || rc.node[node].conn.ac == NULL || !rc.node[node].conn.up)
 		return -1;
 	req->node = node;
+	rc.node[node].requests++;
 	STAT_INC(redis_requests_total);
 	if (req->script == NULL) /* a plain command: argv[2] on */
 		return redisc_write(

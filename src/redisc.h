@@ -74,6 +74,15 @@ bool redisc_node_used(int node);
 bool redisc_node_up(int node);
 /* Its "host:port", for logs. */
 const char *redisc_node_name(int node, char *buf, size_t len);
+/* A node in use, for INFO and /metrics: false if it is not. */
+struct redisc_node_stats {
+	char addr[280];
+	bool up;
+	uint64_t requests;  /* sent to it */
+	uint64_t timeouts;  /* not answered in time */
+	uint64_t redirects; /* answered MOVED, ASK, TRYAGAIN or CLUSTERDOWN */
+};
+bool redisc_node_stats(int node, struct redisc_node_stats *st);
 void redisc_stop(void);
 bool redisc_up(void);
 /* Whether the subscriber connection is up (or not used). */

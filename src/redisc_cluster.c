@@ -485,14 +485,18 @@ redisc_cluster_redirect(struct redisc_req *req, const redisReply *r)
 	int slot, port, node, kind;
 
 	if (strncmp(r->str, "TRYAGAIN", 8) == 0 && req->slot >= 0) {
+		rc.node[req->node].redirects++;
 		redisc_retry_later(req);
 		return true;
 	}
 	if (strncmp(r->str, "CLUSTERDOWN", 11) == 0) {
+		rc.node[req->node].redirects++;
 		redisc_map_ask(req->node);
 		return false;
 	}
 	kind = redisc_redirect_parse(r->str, &slot, host, sizeof host, &port);
+	if (kind != 0)
+		rc.node[req->node].redirects++;
 	if (kind == 0 || req->slot < 0 || req->redirects >= REDISC_REDIRECTS ||
 	    (node = redisc_node_at(host, port)) < 0)
 		return false;
@@ -519,6 +523,21 @@ int
 redisc_nodes(void)
 {
 	return rc.nnodes;
+}
+
+bool
+redisc_node_stats(int node, struct redisc_node_stats *st)
+{
+	const struct redisc_node *n = &rc.node[node];
+
+	if (node < 0 || node >= rc.nnodes || !redisc_node_used(node))
+		return false;
+	redisc_node_name(node, st->addr, sizeof st->addr);
+	st->up = n->conn.up;
+	st->requests = n->requests;
+	st->timeouts = n->timeouts;
+	st->redirects = n->redirects;
+	return true;
 }
 
 bool

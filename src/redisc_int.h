@@ -83,6 +83,8 @@ struct redisc_node {
 	char host[256]; /* a cluster node's; the one master's is the target's */
 	int port;
 	bool in_map; /* a cluster's: serves slots in the last map */
+	/* For INFO and /metrics (redisc_node_stats). */
+	uint64_t requests, timeouts, redirects;
 };
 
 /* The module's state: one per process, shared by redisc*.c. */
