@@ -20,9 +20,8 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 
-from lbtest import REDIS_SERVER, Redis, Resp, free_port, wait_until
+from lbtest import REDIS_SERVER, Redis, free_port, holds_for, wait_until
 
 SLOTS = 16384
 BUS_OFFSET = 10000  # a node's cluster bus port is its port + 10000
@@ -355,6 +354,10 @@ class Cluster:
         return [s for lo, hi, p in self._any_view().slot_map() if p == master
                 for s in range(lo, hi + 1)]
 
+    def seeds(self):
+        """"host:port" of every live master: a broker's redis.cluster."""
+        return ["127.0.0.1:%d" % p for p in self.masters()]
+
     def cluster_node_timeout(self):
         """cluster-node-timeout in ms, as the nodes have it."""
         r = self.node(self.live_ports()[0])("CONFIG", "GET",
@@ -481,10 +484,19 @@ class Cluster:
                 if on_step:
                     on_step(key)
                 if pause_between_keys:
-                    # A resharding tool's pace: an interval in which the
-                    # clients act on a half-moved slot, not a wait on one.
-                    time.sleep(pause_between_keys)
+                    self.hold_open(mig, pause_between_keys)
         return moved
+
+    def hold_open(self, mig, seconds):
+        """Keep the slot half-moved for seconds (a resharding tool's pace,
+        in which clients act on it), failing the moment either end no
+        longer has it open (a failover of one end loses its MIGRATING or
+        IMPORTING state, and the migration with it)."""
+        def still_open():
+            return all(self.view(p).opens(mig.slot)
+                       for p in (mig.src, mig.dst))
+        holds_for(still_open, seconds,
+                  "slot %d open on %d and %d" % (mig.slot, mig.src, mig.dst))
 
     def finish_migration(self, mig):
         """Move what keys are left, then SETSLOT NODE on the target, the

@@ -96,6 +96,11 @@ class ClusterFixture(unittest.TestCase):
         under (SET there answers, no MOVED)."""
         shards = self.c.names_in_each_shard(2)
         self.assertEqual(sorted(shards), self.c.masters())
+        for seed in self.c.seeds():
+            host, port = seed.rsplit(":", 1)
+            self.assertEqual(host, "127.0.0.1")
+            self.assertEqual(self.c.node(int(port))("ROLE")[0], "master")
+        self.assertEqual(len(self.c.seeds()), 3)
         for master, names in shards.items():
             self.assertEqual(len(names), 2)
             for name in names:
@@ -173,8 +178,11 @@ class ClusterFixture(unittest.TestCase):
             self.assertTrue(str(r).startswith("TRYAGAIN"), r)
         finally:
             conn.close()
+        self.c.hold_open(mig, 0.1)  # pause_between_keys' pause
         self.c.finish_migration(mig)
         self.assert_all_say(slot, dst)
+        with self.assertRaisesRegex(AssertionError, "no longer slot"):
+            self.c.hold_open(mig, 0.1)
         self.assertIn(b, mig.moved)
         self.assert_served_by(b, dst, "2")
         self.assertEqual(self.c.node(dst)("EVAL", script, 2, a, b),
