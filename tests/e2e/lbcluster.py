@@ -387,6 +387,30 @@ class Cluster:
 
     # -- waiting -----------------------------------------------------------
 
+    def wait_replicated(self, master=None, timeout=10):
+        """Until every live replica of master (of every master if None)
+        has all the master had written when asked: its replication offset
+        as the master reports it (INFO replication) at least the master's.
+        A WAIT on a connection of its own waits only for that connection's
+        writes (none): this is the wait for other clients' writes (a
+        broker's) before a failover."""
+        for m in [master] if master else self.masters():
+            info = self.node(m)("INFO", "replication")
+            want = int(info.split("master_repl_offset:")[1].split("\r")[0])
+            live = [p for p in self.replicas_of(m) if self.live(p)]
+
+            def caught_up():
+                info = self.node(m)("INFO", "replication")
+                got = {}
+                for line in info.splitlines():
+                    if line.startswith("slave") and "offset=" in line:
+                        f = dict(kv.split("=", 1) for kv in
+                                 line.split(":", 1)[1].split(","))
+                        got[int(f["port"])] = int(f["offset"])
+                return all(got.get(p, -1) >= want for p in live)
+            wait_until(caught_up, timeout,
+                       "replicas %s of %d at offset %d" % (live, m, want))
+
     def _settled(self, want):
         """None once every live node says cluster_state:ok, all agree on
         the slot map and on who replicates whom, none of them sees a live
@@ -589,14 +613,16 @@ class Cluster:
         if settle:
             self.wait_settled(what="with %d resumed" % port)
 
-    def logs(self, tail=2000):
-        """The end of each node's log, for a failed test's output."""
+    def logs(self, tail=None):
+        """Each node's log (its last tail characters, if given)."""
         out = []
         for p, n in self.nodes.items():
             try:
                 with open(os.path.join(n.tmpdir, "redis.log"),
                           errors="replace") as f:
-                    out.append("--- node %d\n%s" % (p, f.read()[-tail:]))
+                    text = f.read()
+                    out.append("--- node %d\n%s" % (p, text[-tail:] if tail
+                                                       else text))
             except OSError:
                 pass
         return "\n".join(out)

@@ -7,8 +7,10 @@ whole file: forming one costs about 2 s (a master says cluster_state:ok
 no sooner than 2 s after it starts), so the tests share it and each
 leaves it settled, with three shards of a master and a replica."""
 
+import os
 import random
 import shutil
+import signal
 import tempfile
 import time
 import unittest
@@ -250,6 +252,29 @@ class ClusterFixture(unittest.TestCase):
         self.assertEqual((role[0], role[2], role[3]),
                          ("slave", new, "connected"))
         self.assertEqual(self.c.replicas_of(new), [master])
+
+    def test_wait_replicated(self):
+        """wait_replicated waits for a replica that lags (stopped here
+        behind the harness's back, so that it still counts as live) and
+        returns once it has the write."""
+        master = self.c.masters()[2]
+        rep = self.c.replica_of(master)
+        key = self.key_on(master, "repl")
+        pid = self.c.node(rep).proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self.assertEqual(self.c.node(master)("SET", key, "x"), "OK")
+            with self.assertRaisesRegex(AssertionError, "at offset"):
+                self.c.wait_replicated(master, timeout=0.3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.c.wait_replicated(master)
+        conn = self.c.node(rep).connect()
+        try:
+            self.assertEqual(conn("READONLY"), "OK")
+            self.assertEqual(conn("GET", key), "x")
+        finally:
+            conn.close()
 
     def test_pause_master(self):
         """A master stopped past the node timeout is replaced; resumed, it
