@@ -586,6 +586,27 @@ class Cluster:
         self.wait_settled(promoted, what="%d promoted in %d's place" %
                           (rep, old))
 
+    def promote_stale(self, master, during=None):
+        """A replica that missed writes promoted: its link to master is
+        cut while it is stopped (a stopped process still takes in what is
+        sent to it, so the stop alone would lose nothing), during() writes
+        what it will miss, then master is killed and the replica resumed;
+        returns its port once it serves master's slots. Its data may be
+        at most cluster-node-timeout x cluster-replica-validity-factor
+        old (15 s here by default) for it to stand."""
+        rep = self.replica_of(master)
+        self.pause(rep)
+        self.node(master)("CLIENT", "KILL", "TYPE", "replica")
+        wait_until(lambda: "connected_slaves:0\r" in
+                   self.node(master)("INFO", "replication"), 10,
+                   "%d to have dropped its replica" % master)
+        if during:
+            during()
+        self.nodes[master].kill()
+        self.resume(rep, settle=False)
+        self.wait_promoted(master, rep)
+        return rep
+
     def kill(self, port):
         """SIGKILL any node; nothing waited for."""
         self.nodes[port].kill()

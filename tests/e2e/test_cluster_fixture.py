@@ -276,6 +276,22 @@ class ClusterFixture(unittest.TestCase):
         finally:
             conn.close()
 
+    def test_promote_stale(self):
+        """A replica cut off before a write is promoted without it; what
+        was written before the cut is there; the old master, restarted,
+        replicates it."""
+        master = self.c.masters()[2]
+        old, missed = self.key_on(master, "old"), self.key_on(master, "new")
+        self.assertEqual(self.c.node(master)("SET", old, "1"), "OK")
+        self.c.wait_replicated(master)
+        rep = self.c.promote_stale(
+            master, lambda: self.c.node(master)("SET", missed, "1"))
+        self.assertEqual(self.c.node(rep)("GET", old), "1")
+        self.assertIsNone(self.c.node(rep)("GET", missed))
+        self.c.restart(master)
+        self.assertEqual(self.c.node(master)("ROLE")[:3],
+                         ["slave", "127.0.0.1", rep])
+
     def test_pause_master(self):
         """A master stopped past the node timeout is replaced; resumed, it
         replicates its successor."""
