@@ -30,6 +30,9 @@
 #include "xmalloc.h"
 
 #define REDISC_MAP_MIN_MS 100 /* the map is asked for at most this often */
+/* A map with slots nobody serves (a master failed, its replica not yet
+ * promoted) is asked for again this often, until every slot is served. */
+#define REDISC_MAP_PARTIAL_MS 250
 
 static void redisc_map_ask(int node);
 static void redisc_map_ev_cb(evutil_socket_t fd, short what, void *arg);
@@ -301,10 +304,16 @@ redisc_map_use(const redisReply *r, bool shards)
 		served += map[s] >= 0;
 	memcpy(rc.slot, map, SLOT_COUNT * sizeof *map);
 	free(map);
-	if (!rc.mapped || served < SLOT_COUNT)
+	if (!rc.mapped || served != rc.served)
 		log_info("redis cluster: %d slots of %d served, by %d masters",
 		    served, SLOT_COUNT, redisc_masters());
 	rc.mapped = true;
+	rc.served = served;
+	if (served < SLOT_COUNT && !evtimer_pending(rc.map_ev, NULL)) {
+		struct timeval tv = util_timeval(REDISC_MAP_PARTIAL_MS);
+
+		evtimer_add(rc.map_ev, &tv);
+	}
 	for (int i = 0; i < rc.nnodes; i++) {
 		struct redisc_conn *conn = &rc.node[i].conn;
 
@@ -495,8 +504,10 @@ redisc_cluster_redirect(struct redisc_req *req, const redisReply *r)
 		return false;
 	}
 	kind = redisc_redirect_parse(r->str, &slot, host, sizeof host, &port);
-	if (kind != 0)
+	if (kind != 0) {
 		rc.node[req->node].redirects++;
+		log_debug("redis cluster: %s", r->str);
+	}
 	if (kind == 0 || req->slot < 0 || req->redirects >= REDISC_REDIRECTS ||
 	    (node = redisc_node_at(host, port)) < 0)
 		return false;

@@ -266,9 +266,6 @@ redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 	log_warnx("redis %s: connection lost: %s", conn->what,
 	    status == REDIS_OK ? "closed" : ac->errstr);
 	redisc_schedule_reconnect(conn);
-	/* A cluster's master gone: its replica may serve its slots now. */
-	if (conn->node >= 0 && rc.cluster)
-		redisc_cluster_lost(conn->node);
 }
 
 /* hiredis 0.14 has no connect timeout: this timer is it. */
@@ -334,7 +331,14 @@ redisc_conn_open(struct redisc_conn *conn)
 static void
 redisc_reconnect_cb(evutil_socket_t fd, short what, void *arg)
 {
-	redisc_conn_open(arg);
+	struct redisc_conn *conn = arg;
+
+	/* A cluster's node no longer in the map (a master killed, its
+	 * replica promoted) is left alone until a map names it again. */
+	if (conn->node >= 0 && rc.cluster && rc.mapped &&
+	    !rc.node[conn->node].in_map)
+		return;
+	redisc_conn_open(conn);
 }
 
 /*
@@ -393,6 +397,10 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	    (unsigned long long)delay);
 	tv = util_timeval(delay);
 	evtimer_add(conn->reconnect_ev, &tv);
+	/* A cluster's master that does not answer: the map may say
+	 * another serves its slots by now. */
+	if (conn->node >= 0 && rc.cluster)
+		redisc_cluster_lost(conn->node);
 }
 
 void

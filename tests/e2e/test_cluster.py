@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""The broker on a real Redis Cluster (three masters, a replica each, on
+loopback): names on every shard; a slot moved under a held name (MOVED),
+and half moved (ASK, TRYAGAIN); a shard failed over (CLUSTER FAILOVER,
+FORCE and TAKEOVER) or its master killed. What must hold: a holder in
+LOCKS not told EVENT LOST is the only holder of its name, holders in the
+other shards are not touched (no check, no new incarnation of their
+slots), and a failed shard's holders are put back or told."""
+
+import shutil
+import tempfile
+import threading
+import unittest
+
+from lbcluster import Cluster, lock_key, slot_of_name, slot_tag
+from lbtest import WRAPPER, Broker, holds_for, main, wait_until
+from test_told import drain
+from test_truth import fence_of, locks_of
+
+NODE_TIMEOUT_MS = 1000
+# A short trust: a grace period is trust_ms * 1.02 + clock_step_ms +
+# cluster-node-timeout + 1 s, 3.1 s here (docs/protocol.md §8). Under
+# valgrind a broker's beat can be late by more than a second: 4 s.
+TRUST_MS = 4000 if WRAPPER else 1000
+CONF = {"redis": {"trust_ms": TRUST_MS, "clock_step_ms": 100,
+                  "command_timeout_ms": 2000},
+        "log": {"level": "info"}}
+GRACE_S = (TRUST_MS * 1.02 + 100 + NODE_TIMEOUT_MS + 1000) / 1000
+
+
+class ClusterTest(unittest.TestCase):
+    """One cluster for the class; brokers and clients per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lbcluster-")
+        # A master down stops only its own slots (docs/operations.md,
+        # Redis Cluster); with full coverage required every node answers
+        # CLUSTERDOWN until its replica is promoted.
+        cls.cluster = Cluster(cls.tmp, node_timeout_ms=NODE_TIMEOUT_MS,
+                              extra=("--cluster-require-full-coverage",
+                                     "no"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="lbtest-", dir=self.tmp)
+        self.brokers, self.clients = [], []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        for b in self.brokers:
+            code = b.stop()
+            if code != 0:
+                print(b.logtext()[-6000:])
+            self.assertEqual(code, 0, "%s did not exit cleanly" % b.name)
+        for b in self.brokers:
+            self.assertNotIn("non local key", b.logtext())
+        self.assertNotIn("non local key", self.cluster.logs())
+
+    def broker(self, name="broker", seed=None):
+        """A broker that knows the cluster by one seed node (a master)."""
+        seed = seed or self.cluster.masters()[0]
+        conf = {g: dict(k) for g, k in CONF.items()}
+        conf["redis"]["cluster"] = ["127.0.0.1:%d" % seed]
+        b = Broker(self.tmpdir, seed, conf, name=name)
+        self.brokers.append(b)
+        wait_until(lambda: b.info().get("redis_up") == "1",
+                   what="%s up on the cluster" % name)
+        return b
+
+    def client(self, b):
+        c = b.client()
+        self.clients.append(c)
+        return c
+
+    def nodes_info(self, c):
+        """INFO's redis_node<i> lines: {addr: {field: int}}."""
+        out = {}
+        for k, v in c.info().items():
+            if k.startswith("redis_node"):
+                f = dict(x.split("=", 1) for x in v.split(","))
+                addr = f.pop("addr")
+                out[addr] = {k2: int(v2) for k2, v2 in f.items()}
+        return out
+
+    def incarnations(self, c, port):
+        return self.nodes_info(c)["127.0.0.1:%d" % port]["incarnations"]
+
+    def assert_refused(self, c, name):
+        """A try-once for name is not granted (another holds it)."""
+        r = c.cmd("ACQUIRE %s WAIT 0" % name)
+        self.assertFalse(r.startswith("OK "), "%s granted twice: %r" %
+                         (name, r))
+
+    def assert_told_nothing(self, c, seconds):
+        self.assertEqual(drain(c, seconds), [])
+
+
+class Shards(ClusterTest):
+    def test_names_on_every_shard(self):
+        """Names on each master: granted, stored on the master of their
+        slot (every key of a name there), refused to another broker while
+        held, handed to its waiter when released; each master's figures
+        in INFO."""
+        b1, b2 = self.broker("b1"), self.broker("b2")
+        a, z = self.client(b1), self.client(b2)
+        shards = self.cluster.names_in_each_shard(2)
+        names = [n for ns in shards.values() for n in ns]
+        fences = {n: fence_of(a.cmd("ACQUIRE %s" % n)) for n in names}
+        self.assertEqual(sorted(locks_of(a)), sorted(names))
+        for master, ns in shards.items():
+            for n in ns:
+                self.assertEqual(self.cluster.master_of(slot_of_name(n)),
+                                 master)
+                self.assertEqual(self.cluster.node(master)(
+                    "EXISTS", lock_key(n)), 1)
+                self.assert_refused(z, n)
+        waiter = self.client(b2)
+        waiter.send("ACQUIRE %s WAIT 10000" % names[0])
+        self.assertEqual(a.cmd("RELEASE %s" % names[0]), "OK")
+        self.assertGreater(fence_of(waiter.line()), fences[names[0]])
+        info = self.nodes_info(a)
+        self.assertEqual(sorted(info), sorted(
+            "127.0.0.1:%d" % m for m in shards))
+        for addr, f in info.items():
+            self.assertEqual(f["up"], 1, addr)
+            self.assertGreater(f["requests"], 0, addr)
+        self.assertEqual(b1.info()["redis_up"], "1")
+
+    def test_found_by_host_and_port(self):
+        """redis.host/port naming one node of a cluster works as
+        redis.cluster does: the broker finds the map and the masters."""
+        seed = self.cluster.masters()[1]
+        b = Broker(self.tmpdir, seed, CONF, name="direct")
+        self.brokers.append(b)
+        b.wait_log("is a cluster's node")
+        wait_until(lambda: b.info().get("redis_up") == "1",
+                   what="up on the cluster")
+        a = self.client(b)
+        for ns in self.cluster.names_in_each_shard(1, base="d").values():
+            fence_of(a.cmd("ACQUIRE %s" % ns[0]))
+            self.assertEqual(a.cmd("RELEASE %s" % ns[0]), "OK")
+
+
+class Resharding(ClusterTest):
+    def test_slot_moved_under_a_held_name(self):
+        """A held name's slot moved to another master (every key, then
+        SETSLOT NODE): its requests meet MOVED and follow it; the slot is
+        a new incarnation (its marker names the old master), so the hold
+        is put back, same fence, and nobody else is granted it; the
+        holder is told nothing and releases it where it is now."""
+        b1, b2 = self.broker("b1"), self.broker("b2")
+        a, z = self.client(b1), self.client(b2)
+        name = self.cluster.names_in_each_shard(1, base="mv").popitem()[1][0]
+        slot = slot_of_name(name)
+        src = self.cluster.master_of(slot)
+        dst = [m for m in self.cluster.masters() if m != src][0]
+        f = fence_of(a.cmd("ACQUIRE %s" % name))
+        before = self.incarnations(a, dst)
+        self.cluster.move_slot(slot, dst)
+        self.assertEqual(self.cluster.node(dst)("EXISTS", lock_key(name)), 1)
+        # Each try of the other broker meets the move too.
+        holds_for(lambda: not z.cmd("ACQUIRE %s WAIT 0" % name).startswith(
+            "OK "), 2 * GRACE_S, "%s refused while held" % name)
+        self.assertEqual(drain(a, 0.1), [])
+        self.assertEqual(locks_of(a), [name])
+        self.assertGreater(self.incarnations(a, dst), before)
+        # z's broker read the map before the move and sent nothing since:
+        # its first try met MOVED from the old master.
+        self.assertGreater(self.nodes_info(z)[
+            "127.0.0.1:%d" % src]["redirects"], 0)
+        st = z.cmd("STATUS %s" % name)
+        self.assertIn(str(f), st)
+        self.assertEqual(a.cmd("RELEASE %s" % name), "OK")
+        self.assertGreater(fence_of(z.cmd("ACQUIRE %s WAIT 10000" % name)), f)
+
+    def test_half_moved_slot(self):
+        """A slot half way through a migration (MIGRATING/IMPORTING, some
+        keys moved): a request on its names meets ASK or TRYAGAIN before
+        its script runs, and is sent again until it can be served or its
+        time is up (ERR UNAVAILABLE): a script's keys include keys that do
+        not exist, which neither end has, so Redis answers TRYAGAIN until
+        the slot is moved. Nothing is half written ("non local key":
+        tearDown), the holder is told nothing, and a waiter on the slot is
+        granted once the migration is done (after the slot's new
+        incarnation's grace period)."""
+        b1, b2 = self.broker("b1"), self.broker("b2")
+        a, z, w = self.client(b1), self.client(b2), self.client(b2)
+        # Two names in one slot: "<tag>}x" hashes as "<tag>".
+        tag = "hm"
+        moved, stays = tag + "}x", tag + "}y"
+        slot = slot_of_name(moved)
+        self.assertEqual(slot_of_name(stays), slot)
+        f = fence_of(a.cmd("ACQUIRE %s" % moved))
+        src = self.cluster.master_of(slot)
+        dst = [m for m in self.cluster.masters() if m != src][0]
+        redirects = self.nodes_info(z)["127.0.0.1:%d" % src]["redirects"]
+        mig = self.cluster.begin_migration(slot, dst)
+        finished = []
+
+        def finish():
+            if not finished:
+                finished.append(1)
+                self.cluster.finish_migration(mig)
+        self.addCleanup(finish)
+        marker = "lockbroker:{%s}incarnation" % slot_tag(slot)
+        for k in self.cluster.node(src)("CLUSTER", "GETKEYSINSLOT", slot,
+                                        100):
+            if k.startswith(lock_key(moved)) or k == marker:
+                self.cluster.migrate_key(mig, k)
+        r = z.cmd("ACQUIRE %s WAIT 0" % moved)
+        self.assertFalse(r.startswith("OK "), r)
+        self.assertGreater(self.nodes_info(z)[
+            "127.0.0.1:%d" % src]["redirects"], redirects)
+        # A waiter on the slot, granted once the migration is done.
+        w.sock.settimeout(30)
+        w.send("ACQUIRE %s WAIT 30000" % stays)
+        done = threading.Timer(0.5, finish)
+        done.start()
+        self.addCleanup(done.join)
+        self.assertTrue(w.line().startswith("OK "))
+        done.join()
+        self.assertEqual(self.cluster.master_of(slot), dst)
+        self.assertEqual(drain(a, 0.1), [])
+        self.assertEqual(locks_of(a), [moved])
+        self.assertIn(str(f), z.cmd("STATUS %s" % moved))
+        self.assertEqual(a.cmd("RELEASE %s" % moved), "OK")
+
+
+class Failover(ClusterTest):
+    def watch_twice(self, a, z, fences, may_lose):
+        """For two grace periods z tries each name a holds: a grant to z
+        is a name granted twice unless a was told EVENT LOST for it first
+        (the broker tells before anyone can be granted, so the line is
+        there once z has its answer). Only names in may_lose may be told.
+        The names a still holds."""
+        held = set(fences)
+
+        def told(wait):
+            for line in drain(a, wait):
+                self.assertTrue(line.startswith("EVENT LOST "), line)
+                n = line.split()[2]
+                self.assertIn(n, may_lose, line)
+                held.discard(n)
+
+        def granted_twice():
+            told(0.05)
+            for n in sorted(held):
+                if z.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "):
+                    told(0.2)
+                    if n in held:
+                        return True
+                    self.assertEqual(z.cmd("RELEASE %s" % n), "OK")
+            return False
+        holds_for(lambda: not granted_twice(), 2 * GRACE_S,
+                  "each held name granted once")
+        told(0.05)
+        return held
+
+    def hold_everywhere(self, a, base):
+        shards = self.cluster.names_in_each_shard(2, base=base)
+        fences = {}
+        for ns in shards.values():
+            for n in ns:
+                fences[n] = fence_of(a.cmd("ACQUIRE %s" % n))
+        return shards, fences
+
+    def check_failover(self, mode):
+        """A shard failed over (mode): its holders are put back or told;
+        the other shards' holders are not touched (no new incarnation of
+        their slots, nothing told); no name is granted to another while
+        a holder lists it untold."""
+        b1, b2 = self.broker("b1"), self.broker("b2")
+        a, z = self.client(b1), self.client(b2)
+        shards, fences = self.hold_everywhere(a, "f" + mode.lower())
+        failed = sorted(shards)[1]
+        others = [m for m in shards if m != failed]
+        before = {m: self.incarnations(a, m) for m in others}
+        # Every hold's grant on the replicas before the failover.
+        for m in shards:
+            self.cluster.wait_replicated(m)
+        new = self.cluster.failover(failed, mode)
+        held = self.watch_twice(a, z, fences, shards[failed])
+        self.assertEqual(sorted(locks_of(a)), sorted(held))
+        for m in others:
+            self.assertEqual(self.incarnations(a, m), before[m], m)
+        self.assertGreater(self.incarnations(a, new), 0)
+        for n in held:
+            self.assertIn(str(fences[n]), z.cmd("STATUS %s" % n))
+            self.assertEqual(a.cmd("RELEASE %s" % n), "OK")
+
+    def test_failover(self):
+        self.check_failover("default")
+
+    def test_failover_force(self):
+        self.check_failover("FORCE")
+
+    def test_failover_takeover(self):
+        self.check_failover("TAKEOVER")
+
+    def test_master_killed(self):
+        """A master killed: its replica is promoted after the node
+        timeout. Holds in that shard hear nothing for redis.trust_ms and
+        are lost (told), or are put back; holds elsewhere are kept, and
+        nothing is granted twice. The killed node comes back as a
+        replica."""
+        b1, b2 = self.broker("b1"), self.broker("b2")
+        a, z = self.client(b1), self.client(b2)
+        shards, fences = self.hold_everywhere(a, "k")
+        failed = sorted(shards)[2]
+        others = [n for m, ns in shards.items() if m != failed for n in ns]
+        for m in shards:
+            self.cluster.wait_replicated(m)
+        self.cluster.kill_master(failed)
+        self.addCleanup(self.cluster.restart, failed)
+        held = self.watch_twice(a, z, fences, shards[failed])
+        self.assertTrue(set(others) <= held)
+        self.assertEqual(sorted(locks_of(a)), sorted(held))
+        for n in set(fences) - held:  # free once told and its grace over
+            wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith(
+                "OK "), 3 * GRACE_S, "%s granted after the loss" % n)
+
+
+if __name__ == "__main__":
+    main()
