@@ -35,6 +35,10 @@ enum chaos_fault {
 				    ahead */
 	CHAOS_NO_EVICTION_CHECK, /* keys Redis evicted make no new
 				    incarnation */
+	CHAOS_ONE_SCOPE,	 /* on a cluster, a new incarnation of any
+				    slot puts back the holds of slot 0's
+				    names, not of that slot's (as one
+				    incarnation kept in one shard would) */
 };
 
 #if LB_CHAOS_FAULTS

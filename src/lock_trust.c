@@ -212,14 +212,16 @@ locktrust_incarnation_cb(const struct lockdb_inc *inc)
 {
 	uint64_t trust = (uint64_t)trust_.cf->redis.trust_ms, now = mono_ms();
 	struct lock_scope *sc = lockscope_get(inc->scope);
+	/* CHAOS_ONE_SCOPE: the holds put back are always scope 0's. */
+	int stale = chaos_fault == CHAOS_ONE_SCOPE ? 0 : inc->scope;
 
 	if (inc->changed && !inc->first && chaos_fault != CHAOS_NO_GRACE) {
-		lockcheck_new_incarnation(inc->scope, now,
+		lockcheck_new_incarnation(stale, now,
 		    sc->vouched_ms + trust > now ? sc->vouched_ms + trust - now
 						 : 0);
 	}
 	if (inc->changed && !inc->first)
-		trust_.forgot(inc->scope);
+		trust_.forgot(stale);
 	locktrust_clock(sc, inc, now);
 	if (inc->sent_ms > sc->vouched_ms)
 		sc->vouched_ms = inc->sent_ms;
