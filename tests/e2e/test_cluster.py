@@ -15,7 +15,7 @@ import unittest
 from lbcluster import Cluster, lock_key, slot_of_name, slot_tag
 from lbtest import WRAPPER, Broker, holds_for, main, wait_until
 from test_told import drain
-from test_truth import fence_of, locks_of
+from test_truth import fence_of, locks_of, next_line
 
 NODE_TIMEOUT_MS = 1000
 # A short trust: a grace period is trust_ms * 1.02 + clock_step_ms +
@@ -25,6 +25,7 @@ TRUST_MS = 4000 if WRAPPER else 1000
 CONF = {"redis": {"trust_ms": TRUST_MS, "clock_step_ms": 100,
                   "command_timeout_ms": 2000},
         "log": {"level": "info"}}
+ADMIN = "cluster-admin-secret"
 GRACE_S = (TRUST_MS * 1.02 + 100 + NODE_TIMEOUT_MS + 1000) / 1000
 
 
@@ -67,6 +68,7 @@ class ClusterTest(unittest.TestCase):
         seed = seed or self.cluster.masters()[0]
         conf = {g: dict(k) for g, k in CONF.items()}
         conf["redis"]["cluster"] = ["127.0.0.1:%d" % seed]
+        conf["auth"] = {"admin_secret": ADMIN}
         b = Broker(self.tmpdir, seed, conf, name=name)
         self.brokers.append(b)
         wait_until(lambda: b.info().get("redis_up") == "1",
@@ -105,8 +107,8 @@ class Shards(ClusterTest):
     def test_names_on_every_shard(self):
         """Names on each master: granted, stored on the master of their
         slot (every key of a name there), refused to another broker while
-        held, handed to its waiter when released; each master's figures
-        in INFO."""
+        held, shown by WHO and revoked through it, handed to its waiter
+        when released; each master's figures in INFO."""
         b1, b2 = self.broker("b1"), self.broker("b2")
         a, z = self.client(b1), self.client(b2)
         shards = self.cluster.names_in_each_shard(2)
@@ -120,6 +122,16 @@ class Shards(ClusterTest):
                 self.assertEqual(self.cluster.node(master)(
                     "EXISTS", lock_key(n)), 1)
                 self.assert_refused(z, n)
+        # WHO and REVOKE on every shard, through the other broker.
+        adm = self.client(b2)
+        self.assertEqual(adm.cmd("AUTH " + ADMIN), "OK")
+        for ns in shards.values():
+            who = adm.until_end("WHO %s" % ns[0])
+            self.assertEqual(len(who), 1, who)
+            self.assertIn(str(fences[ns[0]]), who[0])
+            self.assertEqual(adm.cmd("REVOKE %s" % ns[1]), "OK 1")
+            self.assertEqual(next_line(a, 5), "EVENT LOST %s %d revoked" %
+                             (ns[1], fences[ns[1]]))
         waiter = self.client(b2)
         waiter.send("ACQUIRE %s WAIT 10000" % names[0])
         self.assertEqual(a.cmd("RELEASE %s" % names[0]), "OK")
