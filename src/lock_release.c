@@ -203,19 +203,21 @@ lockrel_late_cb(const struct lockdb_reply *r, void *arg)
 	free(req);
 }
 
-/* Redis is back (or was only slow): do the releases we owe. */
+/* Redis is back (or was only slow): do the releases we owe whose names
+ * it can serve (on a cluster, those whose master is up); the others wait
+ * for a later try. */
 static void
 lockrel_redis_up(void *arg)
 {
-	struct lockrel *r;
+	struct lockrel *r, *next;
 	uint64_t now = mono_ms();
 
-	if (!lockdb_up()) {
-		if (!TAILQ_EMPTY(&rel.owed))
+	for (r = TAILQ_FIRST(&rel.owed); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		if (!lockdb_up_for(r->name)) {
 			lockrel_retry_later();
-		return;
-	}
-	while ((r = TAILQ_FIRST(&rel.owed)) != NULL) {
+			continue;
+		}
 		TAILQ_REMOVE(&rel.owed, r, entry);
 		rel.nowed--;
 		if (r->lease_end_ms != 0 && now >= r->lease_end_ms) {

@@ -261,6 +261,18 @@ lockdb_up(void)
 	return true;
 }
 
+bool
+lockdb_up_for(const char *name)
+{
+	int node;
+
+	if (!redisc_cluster())
+		return lockdb_up();
+	node = redisc_node_of(lockdb_scope_of(name));
+	return redisc_node_up(node) &&
+	    strcmp(lockdb.node[node].runid, "?") != 0;
+}
+
 void
 lockdb_quiet(bool quiet)
 {

@@ -107,6 +107,9 @@ void lockdb_subscribe(lockdb_news_fn *fn);
 void lockdb_on_connect(void (*fn)(void *), void *arg);
 /* Whether the command connection is up. */
 bool lockdb_up(void);
+/* Whether Redis can serve name now: lockdb_up on one Redis; on a
+ * cluster, whether the master of its slot is connected and known. */
+bool lockdb_up_for(const char *name);
 /* Why no lock may be granted from this Redis now ("Redis maxmemory-policy
  * is allkeys-lru; locks need noeviction"), or NULL. Read at every connect;
  * allow says to grant anyway. */

@@ -23,6 +23,7 @@ static struct {
 	lockdb_inc_fn *inc_fn;
 	unsigned inc_asks;
 	unsigned scope_asks[4]; /* lockdb_incarnation_of, per scope below 4 */
+	bool scope_down[4];	/* lockdb_up_for false for a scope's names */
 	bool scoped;
 	unsigned quiet; /* lockdb_quiet calls */
 } fake = { .up = true };
@@ -89,6 +90,14 @@ bool
 lockdb_up(void)
 {
 	return fake.up;
+}
+
+bool
+lockdb_up_for(const char *name)
+{
+	int scope = lockdb_scope_of(name);
+
+	return fake.up && !(scope < 4 && fake.scope_down[scope]);
 }
 
 const char *
@@ -281,6 +290,7 @@ fake_reset(void)
 	fake.inc_fn = NULL;
 	fake.inc_asks = 0;
 	memset(fake.scope_asks, 0, sizeof fake.scope_asks);
+	memset(fake.scope_down, 0, sizeof fake.scope_down);
 	fake.scoped = false;
 	fake.quiet = 0;
 }
@@ -460,6 +470,12 @@ unsigned
 fake_scope_asks(int scope)
 {
 	return fake.scope_asks[scope];
+}
+
+void
+fake_set_scope_down(int scope, bool down)
+{
+	fake.scope_down[scope] = down;
 }
 
 void

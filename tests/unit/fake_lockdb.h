@@ -106,6 +106,9 @@ unsigned fake_scope_asks(int scope);
 /* What lockdb_scoped() answers: a cluster's several scopes (false after
  * fake_reset). */
 void fake_set_scoped(bool scoped);
+/* lockdb_up_for is false for the names of scope (below 4): a cluster's
+ * master down (false after fake_reset). */
+void fake_set_scope_down(int scope, bool down);
 /* How many times the engine said it holds nothing (lockdb_quiet). */
 unsigned fake_quiet(void);
 /* What lockdb_up() answers (true after fake_reset). */

@@ -2114,6 +2114,32 @@ END_TEST
 
 /* Releases owed are bounded by limits.max_waiters: past that the oldest
  * is left to its lease. */
+/* On a cluster an owed release is done once its own master is up: one
+ * master down keeps only its names' releases owed. */
+START_TEST(test_owed_release_per_master)
+{
+	struct lock_acquire_args a = args(5000, -1);
+
+	cf.redis.command_timeout_ms = 10000; /* only fake_connect retries */
+	fake_set_scoped(true);
+	hold(1, "s1:a", &a, 1);
+	hold(2, "s2:b", &a, 2);
+	ck_assert_int_eq(release(1, "s1:a", NULL), 0);
+	fake_reply(expect(FAKE_RELEASE, "s1:a"), LDB_UNAVAILABLE);
+	ck_assert_int_eq(release(2, "s2:b", NULL), 0);
+	fake_reply(expect(FAKE_RELEASE, "s2:b"), LDB_UNAVAILABLE);
+	told_take();
+	fake_set_scope_down(1, true);
+	fake_connect(); /* s2:b's master is up, s1:a's not */
+	fake_reply(expect(FAKE_RELEASE, "s2:b"), LDB_OK);
+	ck_assert_uint_eq(fake_count(), 0);
+	fake_set_scope_down(1, false);
+	fake_connect();
+	fake_reply(expect(FAKE_RELEASE, "s1:a"), LDB_OK);
+	ck_assert_uint_eq(fake_count(), 0);
+}
+END_TEST
+
 START_TEST(test_owed_release_bound)
 {
 	struct lock_acquire_args a = args(5000, -1);
@@ -3349,6 +3375,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_trust_runs_out);
 	tcase_add_test(tc, test_new_incarnation);
 	tcase_add_test(tc, test_new_incarnation_in_one_scope);
+	tcase_add_test(tc, test_owed_release_per_master);
 	tcase_add_test(tc, test_trust_runs_out_in_one_scope);
 	tcase_add_test(tc, test_beat_asks_busy_scopes);
 	tcase_add_test(tc, test_new_incarnation_retakes);
