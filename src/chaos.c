@@ -17,7 +17,7 @@ chaos_init(void)
 	static const char *const names[] = { NULL, "no_fence", "blind_release",
 		"no_validity", "no_limit", "owed_blind", "no_foreign_notice",
 		"no_tickets", "no_grace", "no_clock_fence", "no_confirm",
-		"no_eviction_check", "one_scope" };
+		"no_eviction_check", "lock_key_only", "one_scope" };
 	const char *v = getenv("LOCKBROKER_CHAOS_FAULT");
 
 	if (v == NULL || *v == '\0' || strcmp(v, "none") == 0)

@@ -35,6 +35,9 @@ enum chaos_fault {
 				    ahead */
 	CHAOS_NO_EVICTION_CHECK, /* keys Redis evicted make no new
 				    incarnation */
+	CHAOS_LOCK_KEY_ONLY,	 /* scripts are passed only the lock key
+				    and the marker, and name a name's other
+				    keys themselves (undeclared) */
 	CHAOS_ONE_SCOPE,	 /* on a cluster, a new incarnation of any
 				    slot puts back the holds of slot 0's
 				    names, not of that slot's (as one

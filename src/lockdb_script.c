@@ -468,9 +468,75 @@ lockdb_batched(struct lockdb_script *s, struct lockdb_script *batch, int op)
 }
 
 /* Each script added to redisc, which loads it at every connect. */
+/* body with every "from" written as "to" (a new allocation). */
+static char *
+lockdb_chaos_replace(const char *body, const char *from, const char *to)
+{
+	size_t nf = strlen(from), nt = strlen(to), n = 0;
+	const char *p;
+	char *out, *o;
+
+	for (p = strstr(body, from); p != NULL; p = strstr(p + nf, from))
+		n++;
+	out = o = xmalloc(strlen(body) + n * nt + 1);
+	for (p = body; (p = strstr(body, from)) != NULL; body = p + nf) {
+		memcpy(o, body, (size_t)(p - body));
+		o += p - body;
+		memcpy(o, to, nt);
+		o += nt;
+	}
+	strcpy(o, body);
+	return out;
+}
+
+/*
+ * CHAOS_LOCK_KEY_ONLY: a script is passed only the lock key and the key
+ * of no name (the marker), and names the name's other keys as the lock
+ * key and their suffix, (KEYS[1] .. ':fence'), as the scripts once did:
+ * on a cluster, a script then meets a slot's migration half way through
+ * ("non local key") instead of before it runs.
+ */
+static void
+lockdb_chaos_lock_key_only(struct lockdb_script *s)
+{
+	char *body = xstrdup(s->rs.body), *next, from[16], to[64];
+	int kept = 1;
+
+	for (int i = s->nkeys; i >= 2; i--) {
+		const char *suffix = s->keys[i - 1];
+
+		snprintf(from, sizeof from, "KEYS[%d]", i);
+		if (suffix[0] == '/') /* KEYS[2] once the others are done */
+			snprintf(to, sizeof to, "KEYS[@]");
+		else
+			snprintf(to, sizeof to, "(KEYS[1] .. '%s')", suffix);
+		next = lockdb_chaos_replace(body, from, to);
+		free(body);
+		body = next;
+	}
+	next = lockdb_chaos_replace(body, "KEYS[@]", "KEYS[2]");
+	free(body);
+	body = next;
+	for (int i = 1; i < s->nkeys; i++)
+		if (s->keys[i][0] == '/')
+			s->keys[kept++] = s->keys[i];
+	s->nkeys = kept;
+	s->rs.body = body;
+}
+
 void
 lockdb_scripts_init(void)
 {
+	if (chaos_fault == CHAOS_LOCK_KEY_ONLY) {
+		struct lockdb_script *all[] = { &lockdb_lua_acquire,
+			&lockdb_lua_share, &lockdb_lua_release,
+			&lockdb_lua_cancel, &lockdb_lua_extend,
+			&lockdb_lua_status, &lockdb_lua_who, &lockdb_lua_revoke,
+			&lockdb_lua_check };
+
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			lockdb_chaos_lock_key_only(all[i]);
+	}
 	if (chaos_fault == CHAOS_NO_CLOCK_FENCE) {
 		lockdb_chaos_no_clock(&lockdb_lua_acquire);
 		lockdb_chaos_no_clock(&lockdb_lua_share);
