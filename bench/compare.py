@@ -12,6 +12,9 @@ the table into docs/performance.md between its markers.
 
     bench/compare.py [-d SECONDS] [--write] [--only SCENARIO ...]
     bench/compare.py --smoke        CI: a 2-second uncontended run, JSON out
+    bench/compare.py --cluster [-d SECONDS] [--rounds N] [--write]
+                                    one Redis, a cluster of 1 master and one
+                                    of 3, side by side (bench/cluster.py)
 
 Needs a build: meson compile -C build (lockbench and lockbrokerd)."""
 
@@ -32,6 +35,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 DOC = os.path.join(ROOT, "docs", "performance.md")
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+CLUSTER_BEGIN = "<!-- compare --cluster: begin -->"
+CLUSTER_END = "<!-- compare --cluster: end -->"
 
 BROKER_CONF = {"log": {"level": "warning"},
                "limits": {"max_clients": 100000, "max_waiters": 100000}}
@@ -283,6 +288,20 @@ def write_doc(text, begin=BEGIN, end=END, who="compare"):
         f.write(doc)
 
 
+def compare_cluster(build, args):
+    """bench/cluster.py's run: its table, into docs/performance.md with
+    --write; fails if a run had errors or a CROSSSLOT reply."""
+    import cluster
+    text, bad = cluster.main(os.path.join(build, "bench", "lockbench"),
+                             args, BROKER_CONF, cpu_us, machine())
+    print(text)
+    if bad:
+        sys.exit("compare: errors or CROSSSLOT in %d run(s)" % len(bad))
+    if args.write:
+        write_doc(text, CLUSTER_BEGIN, CLUSTER_END)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-d", "--duration", type=float, default=10)
@@ -293,12 +312,21 @@ def main():
                     choices=["uncontended", "contended", "handoff", "scale"])
     ap.add_argument("--smoke", action="store_true",
                     help="one 2-second uncontended broker run (CI)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="one Redis, a cluster of 1 master, one of 3")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="--cluster: rounds of the setups, alternated")
+    ap.add_argument("--cluster-scenarios", nargs="+",
+                    default=["uncontended", "contended"],
+                    choices=["uncontended", "contended"])
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     os.environ["LOCKBROKERD"] = os.path.join(build, "src", "lockbrokerd")
     import lbtest
     lbtest.LOCKBROKERD = os.environ["LOCKBROKERD"]
     nofile = raise_nofile()
+    if args.cluster:
+        return compare_cluster(build, args)
 
     tmp = tempfile.mkdtemp(prefix="lbcompare-")
     bench = Bench(build, tmp)
