@@ -14,7 +14,6 @@ CROSSSLOT, MOVED, ASK and TRYAGAIN error replies (INFO errorstats) and
 the broker's own count of redirects (INFO redis_node<i>)."""
 
 import json
-import os
 import re
 import shutil
 import statistics
@@ -69,7 +68,8 @@ def node_stats(resp):
 
 def broker_redirects(broker):
     """The broker's redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) summed
-    over its masters; None on one Redis (it has no per-node lines)."""
+    over its masters (INFO's redis_node<i> lines, src/metrics.c); None on
+    one Redis (it has no per-node lines)."""
     lines = [v for k, v in broker.info().items()
              if re.match(r"redis_node\d+$", k)]
     if not lines:
@@ -77,7 +77,9 @@ def broker_redirects(broker):
     total = 0
     for v in lines:
         m = re.search(r"\bredirects=(\d+)", v)
-        total += int(m.group(1)) if m else 0
+        if m is None:
+            sys.exit("compare: no redirects= in the broker's %r" % v)
+        total += int(m.group(1))
     return total
 
 
@@ -108,6 +110,7 @@ class Setup:
         self.resps = [lbtest.Resp(p) for p in self.ports]
 
     def stats(self):
+        """Each master's counters now, in the order of self.ports."""
         return [node_stats(r) for r in self.resps]
 
     def close(self):
@@ -120,6 +123,8 @@ class Setup:
 
 
 def start_broker(setup, tmp, base_conf):
+    """A fresh broker on setup, once it serves every slot (on a cluster
+    it learns the map after it starts)."""
     conf = {g: dict(k) for g, k in base_conf.items()}
     for g, k in setup.conf.items():
         conf.setdefault(g, {}).update(k)
