@@ -311,7 +311,7 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	    (handoff_ms > 0 ? handoff_ms : 1) + step_ms);
 	snprintf(lockdb.live, sizeof lockdb.live, "%" PRIu64,
 	    live_ms > 0 ? live_ms : 1);
-	lockdb.scope = xcalloc(LOCKDB_SCOPES, sizeof *lockdb.scope);
+	lockdb_scopes_reset();
 	redisc_on_connect(lockdb_connected, NULL);
 	lockdb_scripts_init();
 }

@@ -29,6 +29,16 @@ struct lockdb_asked {
 	uint64_t sent_ms;
 };
 
+void
+lockdb_scopes_reset(void)
+{
+	if (lockdb.scope != NULL)
+		for (int s = 0; s < LOCKDB_SCOPES; s++)
+			free(lockdb.scope[s]);
+	free(lockdb.scope);
+	lockdb.scope = xcalloc(LOCKDB_SCOPES, sizeof *lockdb.scope);
+}
+
 struct lockdb_scope *
 lockdb_scope(int scope)
 {

@@ -146,6 +146,8 @@ struct lockdb_scope *lockdb_scope(int scope);
 const char *lockdb_inc_of(int scope);
 const char *lockdb_runid_of(int scope);
 const char *lockdb_grace_of(int scope);
+/* lockdb_inc.c: every scope forgotten (at init: a test inits again). */
+void lockdb_scopes_reset(void);
 /* lockdb_inc.c: a request on a scope not heard lately asks first, so
  * that its answer (sent first on the same node) vouches anew. */
 void lockdb_inc_before(int scope);
