@@ -60,7 +60,7 @@ redisc_up(void)
 	for (int i = 0; i < rc.nnodes; i++)
 		if (rc.node[i].in_map && !rc.node[i].conn.up)
 			return false;
-	return rc.mapped;
+	return rc.mapped && rc.served > 0;
 }
 
 bool

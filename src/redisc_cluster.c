@@ -195,6 +195,10 @@ redisc_map_range(
 {
 	int node;
 
+	/* An empty address is the node's that was asked (a node that does
+	 * not know its own: a cluster of one, without cluster-announce-ip). */
+	if (host[0] == '\0')
+		host = rc.node[rc.map_node].host;
 	if (lo < 0 || hi >= SLOT_COUNT || lo > hi || port <= 0 ||
 	    port > 65535 || host[0] == '\0')
 		return;
@@ -381,6 +385,7 @@ redisc_map_ask(int node)
 	}
 	rc.mapping = true;
 	rc.mapped_ms = now;
+	rc.map_node = node;
 	req = redisc_req_new(
 	    2, argv, lens, redisc_map_cb, rc.shards_unknown ? NULL : (void *)1);
 	req->node = node;

@@ -100,6 +100,7 @@ struct redisc_state {
 	bool shards_unknown; /* a Redis before 7.0: CLUSTER SLOTS */
 	bool base_ready; /* redisc_connect ran: a new node connects at once */
 	int served;	 /* slots served in the last map */
+	int map_node;	 /* the node the map was last asked of */
 	uint64_t mapped_ms;	  /* when the last one was sent */
 	struct event *map_ev;	  /* ask for the map again (redisc_cluster.c) */
 	struct redisc_req *retry; /* answered TRYAGAIN: sent again soon */

@@ -7,13 +7,14 @@ LOCKS not told EVENT LOST is the only holder of its name, holders in the
 other shards are not touched (no check, no new incarnation of their
 slots), and a failed shard's holders are put back or told."""
 
+import os
 import shutil
 import tempfile
 import threading
 import unittest
 
 from lbcluster import Cluster, lock_key, slot_of_name, slot_tag
-from lbtest import WRAPPER, Broker, holds_for, main, wait_until
+from lbtest import WRAPPER, Broker, Redis, holds_for, main, wait_until
 from test_told import drain
 from test_truth import fence_of, locks_of, next_line
 
@@ -157,6 +158,38 @@ class Shards(ClusterTest):
         for ns in self.cluster.names_in_each_shard(1, base="d").values():
             fence_of(a.cmd("ACQUIRE %s" % ns[0]))
             self.assertEqual(a.cmd("RELEASE %s" % ns[0]), "OK")
+
+
+class OneNode(unittest.TestCase):
+    def test_a_cluster_of_one_node(self):
+        """A cluster of one master, as Redis forms it without
+        cluster-announce-ip: the node gives its own address as empty in
+        CLUSTER SHARDS (meaning the one asked), and the broker serves
+        every slot from it; redis_up is 0 while nothing is served."""
+        tmp = tempfile.mkdtemp(prefix="lbone-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        r = Redis(tmp, extra=["--cluster-enabled", "yes",
+                              "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                              "--cluster-config-file",
+                              os.path.join(tmp, "nodes.conf")], seed=False)
+        self.addCleanup(r.kill)
+        self.assertEqual(r("CLUSTER", "ADDSLOTSRANGE", 0, 16383), "OK")
+        wait_until(lambda: "cluster_state:ok" in r("CLUSTER", "INFO"),
+                   what="the one node's cluster_state:ok")
+        conf = {g: dict(k) for g, k in CONF.items()}
+        conf["redis"]["cluster"] = ["127.0.0.1:%d" % r.port]
+        b = Broker(tmp, r.port, conf, name="one")
+        self.addCleanup(b.stop)
+        wait_until(lambda: b.info().get("redis_up") == "1",
+                   what="up on the one node")
+        c = b.client()
+        self.addCleanup(c.close)
+        # Its first use of each slot waits the grace period.
+        c.sock.settimeout(3 * GRACE_S)
+        self.assertTrue(c.cmd("ACQUIRE one").startswith("OK "))
+        self.assertEqual(c.cmd("RELEASE one"), "OK")
+        self.assertIn("16384 slots of 16384 served, by 1 masters",
+                      b.logtext())
 
 
 class Resharding(ClusterTest):
