@@ -35,7 +35,7 @@ struct config_redis {
 	int reconnect_max_ms;	/* 5000, 1..600000, >= reconnect_min_ms */
 	char *sentinels[CONFIG_MAX_SENTINELS]; /* "host:port" strings */
 	int nsentinels;
-	char *master_name;   /* "" */
+	char *master_name;		     /* "" */
 	char *cluster[CONFIG_MAX_SENTINELS]; /* a cluster's seed nodes */
 	int ncluster;
 	int wait_replicas;   /* 0, 0..100 */
