@@ -38,7 +38,7 @@ static void redisc_map_ask(int node);
 static void redisc_map_ev_cb(evutil_socket_t fd, short what, void *arg);
 
 /* "host:port" or "[v6]:port" (the config checked it) into its parts. */
-static void
+void
 redisc_split_hostport(const char *hp, char *host, size_t len, int *port)
 {
 	const char *colon = strrchr(hp, ':');

@@ -180,6 +180,9 @@ int redisc_target_sentinel(
  * retry, a redirect); failed from the loop if it cannot be. */
 void redisc_resend(struct redisc_req *req);
 
+/* redisc_cluster.c: "host:port" or "[v6]:port" (a redis.sentinels or
+ * redis.cluster entry, checked by the config) into its parts. */
+void redisc_split_hostport(const char *hp, char *host, size_t len, int *port);
 /* redisc_cluster.c: where a cluster's node is (its host and port). */
 int redisc_target_node(
     struct redisc_conn *conn, char *host, size_t len, int *port);

@@ -41,21 +41,12 @@ redisc_target_master(
 	return 0;
 }
 
-/* "host:port" or "[v6]:port", already checked by the config. */
+/* The Sentinel asked now, from its "host:port" entry. */
 int
 redisc_target_sentinel(
     struct redisc_conn *conn, char *host, size_t len, int *port)
 {
-	const char *hp = rc.cf->sentinels[rc.sentinel];
-	const char *colon = strrchr(hp, ':');
-	size_t n = (size_t)(colon - hp);
-
-	if (hp[0] == '[') {
-		hp++;
-		n -= 2;
-	}
-	snprintf(host, len, "%.*s", (int)n, hp);
-	*port = atoi(colon + 1);
+	redisc_split_hostport(rc.cf->sentinels[rc.sentinel], host, len, port);
 	return 0;
 }
 
