@@ -31,6 +31,7 @@ static struct {
 } hand;
 
 static void lockhand_confirm_cb(const struct lockdb_reply *r, void *arg);
+static void lockhand_not_taken(struct lock_req *req, bool learned);
 
 /*
  * How long a refused waiter marks its name as waited for, so that a
@@ -195,6 +196,8 @@ lockhand_answer_cb(const struct lockdb_reply *r, void *arg)
 			lockfill_watch(ln, r->fence, req->tried_us);
 	} else if (req->handed != 0)
 		lockhand_confirm(req);
+	else if (r->closed && lockreq_queued(req))
+		lockhand_not_taken(req, r->again);
 	else if (lockreq_queued(req) && (!req->took || req->retake))
 		lockhand_take(req); /* not granted after all, or its place may
 				    be gone: queue again */
@@ -202,6 +205,26 @@ lockhand_answer_cb(const struct lockdb_reply *r, void *arg)
 		lockreq_free_undo(req);
 	lockq_keep_trying(ln);
 	lockname_unref(ln);
+}
+
+/*
+ * The gate refused req's take (lib/gate.lua: the marker names another
+ * incarnation than the one known here, as at a slot's first use): the
+ * script stopped there, so req has no place in the queue, and a
+ * hand-over would pass it by until its wait ends. It takes its place
+ * again: at once if the incarnation was learned since it was sent (its
+ * take now names it), else right after a try of the trier's, which goes
+ * at once (lockq_keep_trying), behind the incarnation asked meanwhile
+ * (lockdb_reply_cb), so that the places keep their order.
+ */
+static void
+lockhand_not_taken(struct lock_req *req, bool learned)
+{
+	lockreq_retake(req);
+	if (learned)
+		lockhand_take(req);
+	else
+		req->ln->retaking = true;
 }
 
 /*

@@ -61,6 +61,9 @@ struct lockdb_reply {
 	 * broker has learned since is not Redis's; asked again now, it names
 	 * the one Redis serves. */
 	bool again;
+	/* UNAVAILABLE from the gate: the script stopped there, having
+	 * written nothing (a waiter's place in the queue was not taken). */
+	bool closed;
 };
 
 /* An ACQUIRE or FILL as the scripts take it. */

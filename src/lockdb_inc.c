@@ -37,6 +37,7 @@ lockdb_scopes_reset(void)
 			free(lockdb.scope[s]);
 	free(lockdb.scope);
 	lockdb.scope = xcalloc(LOCKDB_SCOPES, sizeof *lockdb.scope);
+	lockdb_seed_reset();
 }
 
 struct lockdb_scope *
@@ -176,8 +177,11 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	uint64_t need = strtoull(lockdb_grace_of(ask->scope), NULL, 10);
 	redisReply **e = r != NULL ? r->element : NULL;
 
+	bool seeding = sc->seeding;
+
 	free(ask);
 	sc->asking = false;
+	sc->seeding = false;
 	if (r == NULL)
 		return; /* not answered: nothing confirmed */
 	if (!lockdb_inc_reply_ok(r)) {
@@ -207,9 +211,11 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 	    lockdb_ask_node(inc.scope), &inc, e[2]->integer == 1);
 	if (inc.changed) {
 		lockdb.incs++;
+		sc->gen++;
 		memcpy(sc->inc, e[0]->str, e[0]->len + 1);
-		lockdb_inc_learned(
-		    inc.scope, sc->inc, e[2]->integer == 1, inc.grace_ms);
+		if (!seeding) /* lockdb_seed says it */
+			lockdb_inc_learned(inc.scope, sc->inc,
+			    e[2]->integer == 1, inc.grace_ms);
 	}
 	if (lockdb.inc_fn != NULL)
 		lockdb.inc_fn(&inc);
@@ -281,35 +287,76 @@ lockdb_incarnation(void)
 }
 
 /*
- * A request on a scope: on a cluster, one whose scope was not heard for
- * half of trust_ms (or never) asks first, on the same node, so that the
- * answer comes first and vouches for what the request may grant (the
- * beat asks only the scopes with holds or waiters here). On one Redis,
- * the beat's quiet does that (lockdb_send).
+ * A request on a scope: on a cluster, one whose incarnation is not known
+ * here asks first, on the same node, so that the answer comes first and
+ * the request names it. One known needs no asking: the request's own
+ * gate vouches for it (lockdb_vouched), and the beat asks the scopes
+ * with holds or waiters here. The node's maxmemory-policy is read as
+ * the beat reads it. On one Redis, the beat's quiet does all that
+ * (lockdb_send).
  */
 void
 lockdb_inc_before(int scope)
 {
+	int node;
+
+	if (!redisc_cluster())
+		return;
+	if (lockdb_scope(scope)->inc[0] == '\0') {
+		lockdb_incarnation_of(scope);
+		return;
+	}
+	node = redisc_node_of(scope);
+	if (node >= 0 && redisc_node_up(node) &&
+	    strcmp(lockdb.node[node].runid, "?") != 0)
+		lockdb_memory_due(node);
+}
+
+/*
+ * An ACQUIRE (or FILL, or shared one) of this broker's on a cluster that
+ * passed the gate (lib/gate.lua): the scope's marker named the
+ * incarnation known here, on the Redis process known, when the script
+ * ran, as an answer of incarnation.lua sent when the request was would
+ * say; so it vouches for the scope from then (lock_trust.c). Not if the
+ * scope's incarnation changed since it was sent. Evictions are left to
+ * the beat's incarnation.lua, which reads evicted_keys: a scope with
+ * holds here is asked every beat.
+ */
+void
+lockdb_vouched(int scope, unsigned gen, uint64_t sent_ms)
+{
 	struct lockdb_scope *sc;
+	struct lockdb_inc inc = { .sent_ms = sent_ms, .scope = scope };
 
 	if (!redisc_cluster())
 		return;
 	sc = lockdb_scope(scope);
-	if (sc->inc[0] == '\0' ||
-	    mono_ms() >= sc->asked_ms + lockdb.trust_ms / 2)
-		lockdb_incarnation_of(scope);
+	if (sc->gen != gen || sc->inc[0] == '\0')
+		return;
+	if (sent_ms > sc->asked_ms)
+		sc->asked_ms = sent_ms;
+	if (lockdb.inc_fn != NULL)
+		lockdb.inc_fn(&inc);
 }
 
-/* A node's INFO answered: the scopes it serves that are known here are
- * asked (on one Redis, scope 0). */
+/* A node's INFO answered: the scopes it serves that were heard within
+ * trust_ms (those with holds or waiters here: the beat asks them) are
+ * asked at once (on one Redis, scope 0); the others are asked at their
+ * next request, so a reconnect or a failover costs the node no more
+ * than this broker's busy slots. Its slots without a marker are made
+ * (lockdb_seed). */
 void
 lockdb_inc_node_known(int node)
 {
+	uint64_t now = mono_ms();
+
 	if (!redisc_cluster()) {
 		lockdb_incarnation_of(0);
 		return;
 	}
 	for (int s = 0; s < LOCKDB_SCOPES; s++)
-		if (lockdb.scope[s] != NULL && redisc_node_of(s) == node)
+		if (lockdb.scope[s] != NULL && redisc_node_of(s) == node &&
+		    lockdb.scope[s]->asked_ms + lockdb.trust_ms > now)
 			lockdb_incarnation_of(s);
+	lockdb_seed(node);
 }

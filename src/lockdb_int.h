@@ -56,7 +56,10 @@ struct lockdb_req {
 	lockdb_cb *cb;
 	void *arg;
 	unsigned incs; /* lockdb.incs when it was sent */
-	char name[];   /* for logs */
+	int scope;     /* its name's (lockdb_scope_of) */
+	unsigned gen;  /* its scope's gen when it was sent */
+	uint64_t sent_ms;
+	char name[]; /* for logs */
 };
 
 /* Redis's default cluster-node-timeout, for a node that will not say. */
@@ -88,6 +91,8 @@ struct lockdb_scope {
 	char inc[32];	   /* the id this broker knows, "" until it knows one */
 	bool asking;	   /* an incarnation.lua is out */
 	uint64_t asked_ms; /* when the last answered one was sent */
+	unsigned gen;	   /* how many times inc changed */
+	bool seeding;	   /* asked by lockdb_seed, which logs it */
 };
 
 /* lockdb's state: lockdb.c sets it up and keeps the connection's and
@@ -138,6 +143,12 @@ void lockdb_scripts_init(void);
 /* lockdb_script.c: incarnation.lua for scope, asked by the beat
  * (lockdb_inc.c). */
 void lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg);
+/* markers.lua for n (up to LOCKDB_SEED_MAX) slots of one node. */
+#define LOCKDB_SEED_MAX 24
+void lockdb_script_markers(const int *slots, int n, redisc_cb *cb, void *arg);
+/* lockdb_seed.c: a cluster node's slots without a marker made at once. */
+void lockdb_seed(int node);
+void lockdb_seed_reset(void);
 
 /* lockdb_inc.c: scope's entry, made if needed; the incarnation id known
  * for it ("" for none); the run_id, and the grace period to ask for, of
@@ -151,6 +162,7 @@ void lockdb_scopes_reset(void);
 /* lockdb_inc.c: a request on a scope not heard lately asks first, so
  * that its answer (sent first on the same node) vouches anew. */
 void lockdb_inc_before(int scope);
+void lockdb_vouched(int scope, unsigned gen, uint64_t sent_ms);
 /* lockdb_inc.c: a node said who it is (INFO): its scopes are asked. */
 void lockdb_inc_node_known(int node);
 /* lockdb.c: the node's facts (INFO memory, asked with the beat). */

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "proto.h"
 #include "redisc.h"
+#include "util.h"
 #include "xmalloc.h"
 
 /* Replies that mean "Redis cannot serve now", as opposed to a bug: the
@@ -92,6 +93,7 @@ static bool
 lockdb_gate_closed(long long code, long long ms, struct lockdb_reply *out)
 {
 	out->status = LDB_UNAVAILABLE;
+	out->closed = true;
 	out->pttl = ms > 0 ? (uint64_t)ms : 0;
 	if (code == -1) {
 		snprintf(lockdb.why, sizeof lockdb.why,
@@ -270,7 +272,11 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 		out.status = LDB_INTERNAL;
 	}
 	if (out.again) /* the gate: not the incarnation known here */
-		lockdb_incarnation_of(lockdb_scope_of(req->name));
+		lockdb_incarnation_of(req->scope);
+	else if (req->op == LDB_ACQUIRE &&
+	    (out.status == LDB_OK || out.status == LDB_NO ||
+		out.status == LDB_DONE || out.status == LDB_CONFLICT))
+		lockdb_vouched(req->scope, req->gen, req->sent_ms);
 	out.again = out.again && req->incs != lockdb.incs;
 	req->cb(&out, req->arg);
 	free((void *)out.holders);
@@ -289,6 +295,9 @@ lockdb_req_new(enum lockdb_op op, const struct lockdb_script *script,
 	req->cb = cb;
 	req->arg = arg;
 	req->incs = lockdb.incs;
+	req->scope = lockdb_scope_of(name);
+	req->gen = lockdb_scope(req->scope)->gen;
+	req->sent_ms = mono_ms();
 	memcpy(req->name, name, namelen + 1);
 	return req;
 }

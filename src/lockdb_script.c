@@ -36,6 +36,7 @@ LOCKDB_SCRIPT(who, WHO);
 LOCKDB_SCRIPT(check, CHECK);
 LOCKDB_SCRIPT(revoke, REVOKE);
 LOCKDB_SCRIPT(incarnation, INCARNATION);
+LOCKDB_SCRIPT(markers, MARKERS);
 /* A batch of one script's calls, with that script's flags (batch.lua). */
 #define LOCKDB_BATCH(x, X)                                                     \
 	static struct lockdb_script lockdb_lua_batch_##x = {                   \
@@ -414,6 +415,26 @@ lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg)
 }
 
 void
+lockdb_script_markers(const int *slots, int n, redisc_cb *cb, void *arg)
+{
+	char key[LOCKDB_SEED_MAX][LOCKDB_KEY_MAX];
+	const char *argv[LOCKDB_SEED_MAX];
+	size_t lens[LOCKDB_SEED_MAX];
+
+	_Static_assert(LUA_MARKERS_NKEYS == 0 && LUA_MARKERS_NARGS == 0,
+	    "markers.lua takes the markers' keys alone");
+	if (n < 1 || n > LOCKDB_SEED_MAX)
+		fatalx("lockdb: %d markers in one call", n);
+	for (int i = 0; i < n; i++) {
+		lens[i] = lockdb_scope_key(slots[i],
+		    lockdb_lua_incarnation.keys[0] + 1, key[i], sizeof key[i]);
+		argv[i] = key[i];
+	}
+	redisc_eval_slot(
+	    slots[0], &lockdb_lua_markers.rs, n, argv, lens, cb, arg);
+}
+
+void
 lockdb_wait(const char *name, int replicas, uint64_t timeout_ms, lockdb_cb *cb,
     void *arg)
 {
@@ -563,4 +584,5 @@ lockdb_scripts_init(void)
 	redisc_script_add(&lockdb_lua_revoke.rs);
 	redisc_script_add(&lockdb_lua_check.rs);
 	redisc_script_add(&lockdb_lua_incarnation.rs);
+	redisc_script_add(&lockdb_lua_markers.rs);
 }

@@ -380,8 +380,9 @@ redisc_command_slot(int slot, int n, const char *const *args,
 	redisc_submit(req);
 }
 
-void
-redisc_eval(struct redisc_script *script, int nkeys, int n,
+/* A script's call: its key count, then its arguments. */
+static struct redisc_req *
+redisc_eval_req(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg)
 {
 	const char *argv[REDISC_MAX_ARGS];
@@ -400,6 +401,28 @@ redisc_eval(struct redisc_script *script, int nkeys, int n,
 	req = redisc_req_new(n + 1, argv, alens, cb, arg);
 	req->script = script;
 	req->nkeys = nkeys;
+	return req;
+}
+
+void
+redisc_eval_slot(int slot, struct redisc_script *script, int n,
+    const char *const *args, const size_t *lens, redisc_cb *cb, void *arg)
+{
+	struct redisc_req *req =
+	    redisc_eval_req(script, 0, n, args, lens, cb, arg);
+
+	req->slot = slot;
+	redisc_flush();
+	redisc_submit(req);
+}
+
+void
+redisc_eval(struct redisc_script *script, int nkeys, int n,
+    const char *const *args, const size_t *lens, redisc_cb *cb, void *arg)
+{
+	struct redisc_req *req =
+	    redisc_eval_req(script, nkeys, n, args, lens, cb, arg);
+
 	if (nkeys > 0)
 		req->slot = slot_of_key(args[0], lens[0]);
 	/* A cluster's batch would carry keys of several slots. */

@@ -100,6 +100,10 @@ bool redisc_idle(void);
  */
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
+/* A script that declares no keys, to the node that serves a slot (on
+ * one Redis, to it), alone. */
+void redisc_eval_slot(int slot, struct redisc_script *script, int n,
+    const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
 
 /* A plain command (args[0] is the verb) to node 0; arguments are
  * copied. */

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 
 from lbcluster import Cluster, lock_key, slot_of_name, slot_tag
@@ -145,6 +146,30 @@ class Shards(ClusterTest):
             self.assertGreater(f["requests"], 0, addr)
         self.assertEqual(b1.info()["redis_up"], "1")
 
+    def test_a_known_slot_costs_one_call_per_grant(self):
+        """A grant in a slot whose incarnation the broker knows is one
+        script call, however long the slot went unheard: the gate in the
+        script vouches for it (docs/protocol.md §8), and the hold it
+        made is trusted as one vouched by the beat, not lost for want
+        of an answer it did not ask for."""
+        b = self.broker()
+        a = self.client(b)
+        name = "known-slot"
+        master = self.cluster.master_of(slot_of_name(name))
+        fence_of(a.cmd("ACQUIRE %s" % name))
+        self.assertEqual(a.cmd("RELEASE %s" % name), "OK")
+        # Idle (no beat) for longer than the broker trusts an answer.
+        time.sleep(TRUST_MS * 1.5 / 1000)
+
+        def evals():
+            s = self.cluster.node(master)("INFO", "commandstats")
+            return int(s.split("cmdstat_evalsha:calls=")[1].split(",")[0])
+        before = evals()
+        fence_of(a.cmd("ACQUIRE %s" % name))
+        self.assertEqual(evals() - before, 1)
+        self.assert_told_nothing(a, TRUST_MS * 2.5 / 1000)
+        self.assertEqual(locks_of(a), [name])
+
     def test_found_by_host_and_port(self):
         """redis.host/port naming one node of a cluster works as
         redis.cluster does: the broker finds the map and the masters."""
@@ -161,11 +186,9 @@ class Shards(ClusterTest):
 
 
 class OneNode(unittest.TestCase):
-    def test_a_cluster_of_one_node(self):
-        """A cluster of one master, as Redis forms it without
-        cluster-announce-ip: the node gives its own address as empty in
-        CLUSTER SHARDS (meaning the one asked), and the broker serves
-        every slot from it; redis_up is 0 while nothing is served."""
+    def one_node(self):
+        """A cluster of one unseeded node serving every slot, and a broker
+        on it, up."""
         tmp = tempfile.mkdtemp(prefix="lbone-")
         self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
         r = Redis(tmp, extra=["--cluster-enabled", "yes",
@@ -184,12 +207,46 @@ class OneNode(unittest.TestCase):
                    what="up on the one node")
         c = b.client()
         self.addCleanup(c.close)
-        # Its first use of each slot waits the grace period.
+        return r, b, c
+
+    def test_a_cluster_of_one_node(self):
+        """A cluster of one master, as Redis forms it without
+        cluster-announce-ip: the node gives its own address as empty in
+        CLUSTER SHARDS (meaning the one asked), and the broker serves
+        every slot from it; redis_up is 0 while nothing is served."""
+        r, b, c = self.one_node()
+        # The slots' first incarnations, made at start, end together.
         c.sock.settimeout(3 * GRACE_S)
         self.assertTrue(c.cmd("ACQUIRE one").startswith("OK "))
         self.assertEqual(c.cmd("RELEASE one"), "OK")
         self.assertIn("16384 slots of 16384 served, by 1 masters",
                       b.logtext())
+
+    def test_a_fresh_cluster_is_made_at_start(self):
+        """On a cluster no broker has used, every slot's first incarnation
+        (and its grace period) is made when the broker first reaches its
+        node, not at each slot's first request: once that grace period is
+        over, a name in any slot is granted at once."""
+        r, b, c = self.one_node()
+        b.wait_log("16384 slots of 127.0.0.1:%d have no lock data yet" %
+                   r.port)
+        wait_until(lambda: r("DBSIZE") == 16384,
+                   what="every slot's marker made")
+
+        def grace_left():
+            line = c.info()["redis_node0"]
+            return int(line.split("grace_ms=")[1].split(",")[0])
+        # Made within a second of each other, their grace periods all
+        # end within the first's doubled.
+        wait_until(lambda: grace_left() == 0, timeout=2 * GRACE_S,
+                   what="the grace periods over")
+        # Names of slots never used: no grace period of their own.
+        names = ["fresh%d" % i for i in range(40)]
+        self.assertGreater(len({slot_of_name(n) for n in names}), 30)
+        for n in names:
+            reply = c.cmd("ACQUIRE %s WAIT 0" % n)
+            self.assertTrue(reply.startswith("OK "), (n, reply))
+        self.assertEqual(b.logtext().count("no grant for"), 0)
 
 
 class Resharding(ClusterTest):

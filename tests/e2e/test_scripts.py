@@ -145,7 +145,7 @@ class Scripts(BrokerTest):
         declares but perhaps the lock key, and makes no key of its own
         from a suffix."""
         for f in sorted(os.listdir(LUA)):
-            if f.endswith(".lua"):
+            if f.endswith(".lua") and f != "markers.lua":
                 path = os.path.join(LUA, f)
                 ks = embed.keys(path)
                 first = "/incarnation" if f == "incarnation.lua" else ""
@@ -172,7 +172,8 @@ class Scripts(BrokerTest):
                 "cancel.lua": "allow-oom", "extend.lua": "allow-oom",
                 "check.lua": "allow-oom", "revoke.lua": "allow-oom",
                 "incarnation.lua": "allow-oom", "status.lua": "no-writes",
-                "who.lua": "no-writes", "batch.lua": ""}
+                "who.lua": "no-writes", "batch.lua": "",
+                "markers.lua": "no-writes,allow-cross-slot-keys"}
         for f in sorted(os.listdir(LUA)):
             if f.endswith(".lua"):
                 fl = want[f] and " flags=" + want[f]
@@ -186,6 +187,18 @@ class Scripts(BrokerTest):
             text = embed.expand(os.path.join(LUA, "batch.lua"), carry=w)
             fl = want[w] and " flags=" + want[w]
             self.assertEqual(text.split("\n")[0], "#!lua" + fl, w)
+
+    def test_markers(self):
+        """markers.lua, the one script that declares no key (it reads the
+        markers of many slots of a cluster's node, passed as arguments):
+        it only reads, and says which are there."""
+        path = os.path.join(LUA, "markers.lua")
+        self.assertEqual(embed.keys(path), [])
+        text = embed.expand(path)
+        self.assertEqual(re.findall(r"redis\.p?call\('(\w+)'", text),
+                         ["EXISTS"])
+        self.assertEqual(self.r("EVAL", text, 0, MARK, "lockbroker:{x}"
+                                "incarnation", MARK), [1, 0, 1])
 
     def test_a_full_redis(self):
         """Above maxmemory (noeviction) a grant is refused before it runs,

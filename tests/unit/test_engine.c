@@ -3170,6 +3170,43 @@ START_TEST(test_try_once_asks_again_after_a_new_incarnation)
 }
 END_TEST
 
+/* A waiter's take that the gate refused (Redis holds another incarnation
+ * than the one known here, as at a slot's first use) took no place in
+ * the queue: it takes it again, at once when the incarnation was learned
+ * since, else right after a try of the trier's. Hand-overs otherwise
+ * pass it by until its wait ends. */
+START_TEST(test_take_refused_by_the_gate_takes_again)
+{
+	struct lock_acquire_args a = args(0, -1);
+	struct lockdb_reply closed = { .status = LDB_UNAVAILABLE,
+		.closed = true,
+		.why =
+		    "Redis holds lock data this broker has not checked yet" };
+	struct fake_call *t;
+
+	cf.locks.retry_min_ms = cf.locks.retry_max_ms = 5000;
+	waits(1, "a", &a);
+	ck_assert_int_eq(acquire(2, "a", &a), 0);
+	t = expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(t->ask.ticket, 2);
+	closed.again = true;
+	fake_answer(t, &closed);
+	t = expect(FAKE_ACQUIRE, "a");
+	ck_assert_uint_eq(t->ask.ticket, 2);
+	/* Not learned since: the trier tries at once, the waiter after it
+	 * (as after a new incarnation: lockhand_retake). */
+	closed.again = false;
+	fake_answer(t, &closed);
+	ck_assert_uint_eq(fake_count(), 2);
+	ck_assert_uint_eq(fake_pending(0)->ask.ticket, 1);
+	ck_assert_uint_eq(fake_pending(1)->ask.ticket, 2);
+	fake_refuse(fake_pending(0), 100000, 1);
+	fake_refuse(fake_pending(0), 100000, 1);
+	ck_assert_uint_eq(fake_count(), 0);
+	ck_assert_str_eq(told_take(), "");
+}
+END_TEST
+
 /* Redis forgot its lock data while the trier's try was in Redis (it may
  * have run before the loss): the waiters behind it take their places again
  * only after the trier's next try, so that a later waiter does not queue
@@ -3381,6 +3418,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_new_incarnation_retakes);
 	tcase_add_test(tc, test_new_incarnation_trier_busy);
 	tcase_add_test(tc, test_try_once_asks_again_after_a_new_incarnation);
+	tcase_add_test(tc, test_take_refused_by_the_gate_takes_again);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 	tcase_add_test(tc, test_holds_confirmed);
 	tcase_add_test(tc, test_clock_step_confirms_every_hold);
