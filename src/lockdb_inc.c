@@ -101,20 +101,56 @@ lockdb_scope_name(int scope, char *buf, size_t size)
 	return buf;
 }
 
-/* A new or another incarnation of the scope, said once. */
+/* The node that serves scope, or node 0's figures when none is known. */
+static int
+lockdb_ask_node(int scope)
+{
+	int node = redisc_node_of(scope);
+
+	return node >= 0 ? node : 0;
+}
+
+/*
+ * A new or another incarnation of the scope, said once. On a cluster a
+ * master's failover or loss comes to each of its slots in use: the first
+ * is logged, then at most one a LOCKDB_BUSY_LOG_MS for each master, with
+ * how many came since (INFO's redis_node<i> incarnations counts them).
+ */
 static void
 lockdb_inc_learned(int scope, const char *id, bool made, uint64_t grace_ms)
 {
-	char what[32];
+	static struct {
+		bool said;
+		uint64_t said_ms;
+		unsigned unsaid;
+	} node[REDISC_NODES_MAX];
+	int n = lockdb_ask_node(scope);
+	uint64_t now = mono_ms();
+	char what[32], more[96] = "";
 
+	if (!made && grace_ms == 0) {
+		if (!redisc_cluster())
+			log_info("redis: lock data incarnation %s", id);
+		return;
+	}
+	if (redisc_cluster() && node[n].said &&
+	    now < node[n].said_ms + LOCKDB_BUSY_LOG_MS) {
+		node[n].unsaid++;
+		return;
+	}
+	if (node[n].unsaid > 0)
+		snprintf(more, sizeof more,
+		    " (and %u more slots of its master since %" PRIu64
+		    " s ago)",
+		    node[n].unsaid, (now - node[n].said_ms) / 1000);
+	node[n].said = true;
+	node[n].said_ms = now;
+	node[n].unsaid = 0;
 	lockdb_scope_name(scope, what, sizeof what);
-	if (made || grace_ms > 0)
-		log_warnx(
-		    "redis: %s lock data%s (incarnation %s): no grant for %" PRIu64
-		    " ms, while brokers put their holds back (docs/operations.md, When Redis forgets)",
-		    made ? "new" : "another", what, id, grace_ms);
-	else if (!redisc_cluster())
-		log_info("redis: lock data incarnation %s", id);
+	log_warnx(
+	    "redis: %s lock data%s (incarnation %s): no grant for %" PRIu64
+	    " ms, while brokers put their holds back%s (docs/operations.md, When Redis forgets)",
+	    made ? "new" : "another", what, id, grace_ms, more);
 }
 
 /* Whether incarnation.lua's reply is {id, grace ms left, made now, need,
@@ -132,15 +168,6 @@ lockdb_inc_reply_ok(const redisReply *r)
 	    e[3]->type == REDIS_REPLY_INTEGER &&
 	    e[4]->type == REDIS_REPLY_INTEGER && e[4]->integer > 0 &&
 	    e[5]->type == REDIS_REPLY_INTEGER;
-}
-
-/* The node that serves scope, or node 0's figures when none is known. */
-static int
-lockdb_ask_node(int scope)
-{
-	int node = redisc_node_of(scope);
-
-	return node >= 0 ? node : 0;
 }
 
 /* The node's figures: a new incarnation (one made now, or another than

@@ -62,6 +62,10 @@ struct lockdb_req {
 	char name[]; /* for logs */
 };
 
+/* The least time between two log lines of one busy reply (LOADING,
+ * NOREPLICAS, CLUSTERDOWN, ...). */
+#define LOCKDB_BUSY_LOG_MS 10000
+
 /* Redis's default cluster-node-timeout, for a node that will not say. */
 #define LOCKDB_NODE_TIMEOUT_MS 15000
 

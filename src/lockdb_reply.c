@@ -3,6 +3,7 @@
  * malformed one is LDB_INTERNAL), and Redis's errors into what a client
  * is told.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,23 +16,34 @@
 #include "util.h"
 #include "xmalloc.h"
 
-/* Replies that mean "Redis cannot serve now", as opposed to a bug: the
- * code word, or NULL. */
+/* Replies that mean "Redis cannot serve now", as opposed to a bug. */
+static const char *const lockdb_busy[] = { "LOADING", "BUSY", "READONLY",
+	"MASTERDOWN", "OOM", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "NOAUTH",
+	"WRONGPASS" };
+#define LOCKDB_NBUSY (sizeof lockdb_busy / sizeof lockdb_busy[0])
+
+/* A busy reply's index in lockdb_busy, or -1. */
+static int
+lockdb_busy_index(const char *err)
+{
+	size_t n;
+
+	for (size_t i = 0; i < LOCKDB_NBUSY; i++) {
+		n = strlen(lockdb_busy[i]);
+		if (strncmp(err, lockdb_busy[i], n) == 0 &&
+		    (err[n] == ' ' || err[n] == '\0'))
+			return (int)i;
+	}
+	return -1;
+}
+
+/* A busy reply's code word, or NULL. */
 static const char *
 lockdb_busy_error(const char *err)
 {
-	static const char *const busy[] = { "LOADING", "BUSY", "READONLY",
-		"MASTERDOWN", "OOM", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",
-		"NOAUTH", "WRONGPASS" };
-	size_t n;
+	int i = lockdb_busy_index(err);
 
-	for (size_t i = 0; i < sizeof busy / sizeof busy[0]; i++) {
-		n = strlen(busy[i]);
-		if (strncmp(err, busy[i], n) == 0 &&
-		    (err[n] == ' ' || err[n] == '\0'))
-			return busy[i];
-	}
-	return NULL;
+	return i >= 0 ? lockdb_busy[i] : NULL;
 }
 
 /* A lease left in Redis as the broker shows and trusts it: without the
@@ -241,11 +253,49 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 }
 
 /* Redis names a script's line "user_script:N": say which file it is. */
+/*
+ * A busy reply is Redis's state, not one request's, and comes to every
+ * request while it lasts: each code word is logged once, then at most
+ * once every LOCKDB_BUSY_LOG_MS, with how many came meanwhile (every
+ * client is told it in its ERR UNAVAILABLE). False if it is not one.
+ */
+static bool
+lockdb_log_busy(const struct lockdb_req *req, const char *err)
+{
+	static struct {
+		bool said;
+		uint64_t said_ms;
+		unsigned unsaid;
+	} busy[LOCKDB_NBUSY];
+	int i = lockdb_busy_index(err);
+	uint64_t now = mono_ms();
+
+	if (i < 0)
+		return false;
+	if (busy[i].said && now < busy[i].said_ms + LOCKDB_BUSY_LOG_MS) {
+		busy[i].unsaid++;
+		return true;
+	}
+	if (busy[i].unsaid > 0)
+		log_warnx("redis: lock %s: %s (and %u more since %" PRIu64
+			  " s ago)",
+		    req->name, err, busy[i].unsaid,
+		    (now - busy[i].said_ms) / 1000);
+	else
+		log_warnx("redis: lock %s: %s", req->name, err);
+	busy[i].said = true;
+	busy[i].said_ms = now;
+	busy[i].unsaid = 0;
+	return true;
+}
+
 static void
 lockdb_log_error(const struct lockdb_req *req, const char *err)
 {
 	const char *at = strstr(err, "user_script:");
 
+	if (lockdb_log_busy(req, err))
+		return;
 	if (req->script == NULL || at == NULL)
 		log_warnx("redis: lock %s: %s", req->name, err);
 	else

@@ -249,6 +249,31 @@ class OneNode(unittest.TestCase):
         self.assertEqual(b.logtext().count("no grant for"), 0)
 
 
+    def test_a_master_losing_its_data_is_logged_once(self):
+        """A master that lost its data (FLUSHALL here) is a new incarnation
+        of each of its slots in use: logged once, not once a slot; INFO
+        counts them all."""
+        r, b, c = self.one_node()
+        names = ["lost%d" % i for i in range(20)]
+        self.assertEqual(len({slot_of_name(n) for n in names}), 20)
+
+        def incarnations():
+            line = c.info()["redis_node0"]
+            return int(line.split("incarnations=")[1].split(",")[0])
+        wait_until(lambda: "have no lock data yet" in b.logtext(),
+                   what="the fresh slots made")
+        c.sock.settimeout(3 * GRACE_S)
+        for n in names:
+            self.assertTrue(c.cmd("ACQUIRE %s TTL 600000" % n).startswith(
+                "OK "), n)
+        before = incarnations()
+        self.assertEqual(r("FLUSHALL"), "OK")
+        wait_until(lambda: incarnations() >= before + 20,
+                   timeout=4 * TRUST_MS / 1000,
+                   what="a new incarnation of each slot held")
+        self.assertEqual(b.logtext().count("lock data of slot"), 1)
+
+
 class Resharding(ClusterTest):
     def test_slot_moved_under_a_held_name(self):
         """A held name's slot moved to another master (every key, then

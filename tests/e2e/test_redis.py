@@ -69,6 +69,24 @@ class Scripts(BrokerTest):
         self.assertRegex(a.cmd("ACQUIRE ro WAIT 0"), r"^OK ")
 
 
+    def test_a_refusing_redis_is_logged_once_not_per_request(self):
+        """A refusal that is Redis's state, not one request's (here
+        NOREPLICAS: min-replicas-to-write without its replica), is
+        logged once, not once for each request it refuses; each request
+        still gets it in its ERR UNAVAILABLE."""
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE first WAIT 0"), r"^OK ")
+        self.assertEqual(self.redis("CONFIG", "SET", "min-replicas-to-write",
+                                    "1"), "OK")
+        try:
+            for i in range(40):
+                self.assertEqual(a.cmd("ACQUIRE r%d WAIT 0" % i),
+                                 "ERR UNAVAILABLE Redis answered NOREPLICAS")
+        finally:
+            self.redis("CONFIG", "SET", "min-replicas-to-write", "0")
+        self.assertEqual(self.broker.logtext().count("NOREPLICAS"), 1)
+
+
 class UnixAndDb(BrokerTest):
 
     def test_unix_socket_and_select(self):
