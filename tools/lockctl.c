@@ -151,6 +151,7 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	    "  -E, --conflict-exit-code N  exit N when the lock is busy "
 	    "(default 75)\n"
 	    "  -q, --quiet       no 'lock busy' line on stderr\n"
+	    "  -h, --help        this text; -V, --version: the version\n"
 	    "Durations: a number with a unit, ms, s, m or h (1500ms, 1.5s, "
 	    "2m);\n"
 	    "  a bare number is seconds for -w (as flock -w), milliseconds "
@@ -345,6 +346,8 @@ ctl_parse_opt(const struct ctl_cmd *cmd, struct ctl_args *a, int argc,
 	const struct ctl_opt *o =
 	    is_long ? ctl_long_opt(arg, &v) : ctl_short_opt(arg, &v);
 
+	if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+		ctl_usage(0);
 	if (o == NULL || !(cmd->opts & o->bit))
 		ctl_usage_err("%s: unknown option '%s'", cmd->name, arg);
 	if (!o->value && v != NULL && is_long)
@@ -663,6 +666,28 @@ ctl_find(const char *name)
 	ctl_usage_err("unknown subcommand '%s'", name);
 }
 
+/*
+ * --help and --version, the GNU spellings of -h and -V, wherever they
+ * come before the subcommand: getopt(3) reads "--help" as option '-'.
+ */
+static void
+ctl_long_global(int argc, char **argv)
+{
+	for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+		if (strcmp(argv[i], "--help") == 0)
+			ctl_usage(0);
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("lockctl %s\n", LB_VERSION);
+			exit(0);
+		}
+		if (strcmp(argv[i], "--") == 0)
+			return;
+		if (strchr("sua", argv[i][1]) != NULL && argv[i][1] != '\0' &&
+		    argv[i][2] == '\0')
+			i++; /* its value */
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -673,6 +698,7 @@ main(int argc, char **argv)
 	struct conn c;
 	int ch, rc;
 
+	ctl_long_global(argc, argv);
 	while ((ch = getopt(argc, argv, "+:s:u:a:hV")) != -1) {
 		switch (ch) {
 		case 's':

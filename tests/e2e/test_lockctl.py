@@ -551,6 +551,21 @@ class Subcommands(LockctlTest):
                               "--limit", "2", env=dead)
         self.assertIn("--shared and --limit exclude each other", err)
 
+    def test_help_and_version(self):
+        """--help and -h print the usage to stdout and exit 0, before or
+        after a subcommand; --version and -V print the version; neither
+        connects."""
+        dead = self.env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        for args in (["--help"], ["-h"], ["run", "--help"],
+                     ["-s", "127.0.0.1:1", "--help"]):
+            rc, out, err = self.ctl(*args, env=dead)
+            self.assertEqual((rc, err), (0, ""), args)
+            self.assertTrue(out.startswith("usage: lockctl"), (args, out))
+        for args in (["--version"], ["-V"]):
+            rc, out, err = self.ctl(*args, env=dead)
+            self.assertEqual((rc, err), (0, ""), args)
+            self.assertRegex(out, r"^lockctl \S+\n$")
+
     def test_revoke_is_off_without_admin_secret(self):
         self.grant("rv", "--ttl", "5000")
         rc, out, err = self.ctl("revoke", "rv")
