@@ -5,6 +5,7 @@
  * config.c's error helper.
  */
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <libconfig.h>
@@ -143,6 +144,128 @@ config_name_at(
 	}
 }
 
+/* Where a setting of a group was first seen: its dotted key and line. */
+struct config_seen {
+	char key[128];
+	unsigned line;
+};
+
+#define CONFIG_SEEN_MAX 512
+#define CONFIG_DEPTH_MAX 16
+
+/* The scan's place: the groups it is in ("" for a list's element, whose
+ * names are its own), and the settings seen in them. */
+struct config_dup {
+	char path[CONFIG_DEPTH_MAX][128];
+	int depth;
+	char pending[64]; /* the last setting's name, for a '{' to open */
+	struct config_seen seen[CONFIG_SEEN_MAX];
+	int nseen;
+	int in_list; /* the depth of '(' and '[' open */
+};
+
+/* A setting named at line: its key, and the line it was first seen at if
+ * it was (0 if not); it is remembered if it is new. */
+static unsigned
+config_dup_note(struct config_dup *d, const char *name, unsigned line,
+    char *key, size_t len)
+{
+	const char *in = d->depth > 0 ? d->path[d->depth - 1] : "";
+
+	if (d->depth > 0 && in[0] == '\0')
+		return 0; /* in a list's element */
+	snprintf(key, len, "%s%s%s", in, in[0] != '\0' ? "." : "", name);
+	for (int i = 0; i < d->nseen; i++)
+		if (strcmp(d->seen[i].key, key) == 0)
+			return d->seen[i].line;
+	if (d->nseen < CONFIG_SEEN_MAX) {
+		snprintf(
+		    d->seen[d->nseen].key, sizeof d->seen[0].key, "%s", key);
+		d->seen[d->nseen++].line = line;
+	}
+	return 0;
+}
+
+/* A '{' opens the pending setting's group, or a list's element. */
+static void
+config_dup_open(struct config_dup *d)
+{
+	const char *in = d->depth > 0 ? d->path[d->depth - 1] : "";
+
+	if (d->depth == CONFIG_DEPTH_MAX)
+		return;
+	if (d->in_list > 0 || d->pending[0] == '\0' ||
+	    (d->depth > 0 && in[0] == '\0'))
+		d->path[d->depth][0] = '\0';
+	else
+		snprintf(d->path[d->depth], sizeof d->path[0], "%s%s%s", in,
+		    in[0] != '\0' ? "." : "", d->pending);
+	d->depth++;
+	d->pending[0] = '\0';
+}
+
+/*
+ * libconfig says "duplicate setting name" and the line, not which: a scan
+ * like config_lex's, keeping the group each setting is in, finds the key
+ * named at that line that was named before, and where. False if none.
+ */
+static bool
+config_dup_find(
+    const char *buf, unsigned at, char *key, size_t len, unsigned *first)
+{
+	struct config_dup *d = calloc(1, sizeof *d);
+	const char *p = buf, *next, *end;
+	unsigned line = 1;
+	bool found = false;
+
+	if (d == NULL)
+		return false;
+	while (*p != '\0' && !found && line <= at) {
+		if ((next = config_lex_skip(p, &line)) != NULL) {
+			p = next;
+		} else if (isalpha((unsigned char)*p) || *p == '*') {
+			end = config_lex_name(p);
+			next = end + strspn(end, " \t\r\n");
+			if (*next == '=' || *next == ':') {
+				snprintf(d->pending, sizeof d->pending, "%.*s",
+				    (int)(end - p), p);
+				*first = config_dup_note(
+				    d, d->pending, line, key, len);
+				found = *first != 0 && line == at;
+			}
+			p = end;
+		} else {
+			if (*p == '{')
+				config_dup_open(d);
+			else if (*p == '}' && d->depth > 0)
+				d->depth--;
+			else if (*p == '(' || *p == '[')
+				d->in_list++;
+			else if ((*p == ')' || *p == ']') && d->in_list > 0)
+				d->in_list--;
+			line += (*p++ == '\n');
+		}
+	}
+	free(d);
+	return found;
+}
+
+/* libconfig's own error, with the key and its first line for a
+ * duplicate. */
+static int
+config_parse_error(struct config_load *ld, config_t *lc, const char *text)
+{
+	unsigned line = (unsigned)config_error_line(lc), first = 0;
+	const char *why = config_error_text(lc);
+	char key[128];
+
+	if (strcmp(why, "duplicate setting name") == 0 &&
+	    config_dup_find(text, line, key, sizeof key, &first))
+		return config_at(
+		    ld, line, key, "%s (first at line %u)", why, first);
+	return config_at(ld, line, NULL, "%s", why);
+}
+
 /* Parse, refusing what libconfig 1.5 would read differently from us. */
 int
 config_parse(struct config_load *ld, config_t *lc, const char *text)
@@ -155,8 +278,7 @@ config_parse(struct config_load *ld, config_t *lc, const char *text)
 		return config_at(
 		    ld, lx.include_line, NULL, "@include is not supported");
 	if (config_read_string(lc, text) != CONFIG_TRUE)
-		return config_at(ld, (unsigned)config_error_line(lc), NULL,
-		    "%s", config_error_text(lc));
+		return config_parse_error(ld, lc, text);
 	if (lx.big_line == 0)
 		return 0;
 	config_name_at(config_root_setting(lc), lx.big_line, name, sizeof name);

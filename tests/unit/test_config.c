@@ -440,8 +440,14 @@ static const struct bad {
 	const char *why;
 } bad[] = {
 	{ "listen = {\n  port = ;\n};\n", 2, NULL, "syntax error" },
-	{ "log = { level = \"info\"; };\nlog = { };\n", 2, NULL,
-	    "duplicate setting name" },
+	{ "log = { level = \"info\"; };\nlog = { };\n", 2, "log",
+	    "duplicate setting name (first at line 1)" },
+	{ "auth = { secret = \"s\"; };\n# more\nauth = { secret_file = \"f\"; };\n",
+	    3, "auth", "duplicate setting name (first at line 1)" },
+	{ "locks = {\n  lease_ms = 100;\n  lease_ms = 200;\n};\n", 3,
+	    "locks.lease_ms", "duplicate setting name (first at line 2)" },
+	{ "redis = { cluster = ( { a = 1; }, { a = 2; } ); a = 3;\n  a = 4; };\n",
+	    2, "redis.a", "duplicate setting name (first at line 1)" },
 	{ "@include \"other.conf\"\n", 1, NULL, "@include is not supported" },
 	{ "listen = { port = 1; };\nfoo = { bar = 1; };\n", 2, "foo",
 	    "unknown key" },
