@@ -447,5 +447,5 @@ cmd_init(const struct config *cf, struct event_base *base)
 	cmds.base = base;
 	cmds.started_ms = mono_ms();
 	if (!cmd_secrets(cf, &cmds.secret, &cmds.admin))
-		fatalx("cannot read the AUTH secrets");
+		fatal_config("cannot read the AUTH secrets");
 }

@@ -41,6 +41,13 @@ log_is_journal(void)
 }
 
 void
+log_early(void)
+{
+	log_journal = log_is_journal();
+	log_stamp = !log_journal;
+}
+
+void
 log_init(enum log_level level, bool use_syslog)
 {
 	log_level = level;
@@ -85,9 +92,11 @@ log_emit(enum log_level level, const char *fmt, va_list ap)
 		strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 		fprintf(stderr, "%s.%03ldZ ", ts, now.tv_nsec / 1000000);
 	}
+	/* The journal keeps the priority: the text need not say it. */
 	if (log_journal)
 		fprintf(stderr, "<%d>", log_prio[level]);
-	fprintf(stderr, "%s: ", log_names[level]);
+	else
+		fprintf(stderr, "%s: ", log_names[level]);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 }
@@ -168,6 +177,23 @@ fatal(const char *fmt, ...)
 	log_errno(LOG_LVL_ERROR, fmt, ap);
 	va_end(ap);
 	exit(1);
+}
+
+/* Before logging is set up and on a terminal alike (lockbrokerd -t): the
+ * program's name, not a time and a level. */
+void
+fatal_config(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (log_journal)
+		fprintf(stderr, "<%d>", LOG_ERR);
+	fputs("lockbrokerd: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(LOG_EXIT_CONFIG);
 }
 
 void

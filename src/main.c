@@ -198,10 +198,8 @@ main_load_config(const char *path, bool must_exist)
 
 	m.path = path;
 	m.must_exist = must_exist;
-	if (config_load(&m.cf, path, must_exist, err, sizeof err) != 0) {
-		fprintf(stderr, "lockbrokerd: %s\n", err);
-		exit(1);
-	}
+	if (config_load(&m.cf, path, must_exist, err, sizeof err) != 0)
+		fatal_config("%s", err);
 }
 
 /*
@@ -290,6 +288,7 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		usage(2);
+	log_early();
 	main_load_config(path, explicit_path);
 	if (test_only) {
 		/* The secret files are read (and compared) as a start would. */

@@ -82,7 +82,7 @@ class Credentials(BrokerTest):
         line and key, by -t and by a start alike."""
         for start in (False, True):
             code, err = self.check(CONF, creds=False, start=start)
-            self.assertEqual(code, 1, err)
+            self.assertEqual(code, 78, err)
             self.assertIn("cred.conf:1: auth.secret_file: "
                           "\"lockbroker.secret\" is a credential name, but "
                           "CREDENTIALS_DIRECTORY is not set (run under "
@@ -91,7 +91,7 @@ class Credentials(BrokerTest):
         code, err = self.check(
             {"redis": {"password_file": "lockbroker.redis-password"}},
             creds=False)
-        self.assertEqual(code, 1, err)
+        self.assertEqual(code, 78, err)
         self.assertIn("cred.conf:1: redis.password_file: ", err)
 
     def test_relative_path_is_no_credential_name(self):
@@ -99,7 +99,7 @@ class Credentials(BrokerTest):
         credentials directory, so it never depends on the working
         directory."""
         code, err = self.check({"auth": {"secret_file": "./secret"}})
-        self.assertEqual(code, 1, err)
+        self.assertEqual(code, 78, err)
         self.assertIn("cred.conf:1: auth.secret_file: must be an absolute "
                       "path or a credential name (no \"/\")", err)
 
@@ -107,7 +107,7 @@ class Credentials(BrokerTest):
         """A name the unit did not load: -t reads the file as a start
         would, and says which file is missing."""
         code, err = self.check({"auth": {"secret_file": "absent"}})
-        self.assertEqual(code, 1, err)
+        self.assertEqual(code, 78, err)
         self.assertIn("auth.secret_file %s: No such file or directory"
                       % os.path.join(self.creds, "absent"), err)
 

@@ -235,7 +235,7 @@ class Exposure(BrokerTest):
         for args in (["-t", "-c", conf], ["-c", conf]):
             p = subprocess.run([LOCKBROKERD] + args, capture_output=True,
                                text=True, timeout=10)
-            self.assertEqual(p.returncode, 1)
+            self.assertEqual(p.returncode, 78)
             self.assertIn("wide.conf:1: listen.address: beyond loopback "
                           "needs auth.secret (or listen.insecure = true)",
                           p.stderr)
@@ -263,7 +263,7 @@ class Exposure(BrokerTest):
             self.assertEqual(p.returncode, 2, args)
             self.assertIn("usage: lockbrokerd", p.stderr)
         p = run("--config", os.path.join(self.tmpdir, "missing.conf"))
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 78)
 
     def test_journal_priorities(self):
         """Under systemd (JOURNAL_STREAM names its stderr) each line starts
@@ -290,12 +290,41 @@ class Exposure(BrokerTest):
                 self.assertEqual(p.wait(10), 0)
             lines = open(path).read().splitlines()
             if matching:
-                self.assertRegex(lines[0], r"^<6>info: listening on ")
-                self.assertTrue(any(l.startswith("<4>warning: redis command: "
+                # The priority says the level; the text does not again.
+                self.assertRegex(lines[0], r"^<6>listening on ")
+                self.assertTrue(any(l.startswith("<4>redis command: "
                                                  "cannot connect")
                                     for l in lines), lines)
             else:
                 self.assertRegex(lines[0], r"^\d{4}-\d\d-\d\dT[\d:.]+Z info: ")
+
+    def test_a_bad_configuration_is_an_error_in_the_journal(self):
+        """A configuration the daemon refuses at start reaches the journal
+        at priority 3 (err), the reason in the text, and the daemon exits
+        78 (EX_CONFIG), which the unit's RestartPreventExitStatus= keeps
+        systemd from retrying; -t says the same on a terminal."""
+        import subprocess
+        from lbtest import LOCKBROKERD
+        conf = os.path.join(self.tmpdir, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("listen = {\n  port = \"x\";\n};\n")
+        path = os.path.join(self.tmpdir, "journal")
+        with open(path, "w") as err:
+            st = os.fstat(err.fileno())
+            p = subprocess.run([LOCKBROKERD, "-c", conf], stderr=err,
+                               timeout=10, env=dict(
+                                   os.environ, JOURNAL_STREAM="%d:%d" % (
+                                       st.st_dev, st.st_ino)))
+        self.assertEqual(p.returncode, 78)
+        lines = open(path).read().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertRegex(lines[0], r"^<3>lockbrokerd: .*bad\.conf:2: "
+                         r"listen\.port: ")
+        p = subprocess.run([LOCKBROKERD, "-t", "-c", conf],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 78)
+        self.assertRegex(p.stderr, r"^lockbrokerd: .*bad\.conf:2: "
+                         r"listen\.port: ")
 
     def test_equal_secret_files_fail_the_check_and_the_start(self):
         import subprocess
@@ -313,7 +342,7 @@ class Exposure(BrokerTest):
         for args in (["-t", "-c", conf], ["-c", conf]):
             p = subprocess.run([LOCKBROKERD] + args, capture_output=True,
                                text=True, timeout=10)
-            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(p.returncode, 78, p.stderr)
             self.assertIn("auth.admin_secret must differ from auth.secret",
                           p.stderr)
         with open(files["admin"], "w") as f:
