@@ -150,6 +150,7 @@ const struct config_key config_keys[] = {
 	K_STR("listen.unix", listen.unix_path, "", config_check_unix, 0),
 	K_MODE("listen.unix_mode", listen.unix_mode, 0660, 0),
 	K_BOOL("listen.insecure", listen.insecure, false, 0),
+	K_INT("listen.backlog", listen.backlog, 511, 1, 65535, 0),
 
 	K_STR("redis.host", redis.host, "127.0.0.1", NULL, 0),
 	K_INT("redis.port", redis.port, 6379, 1, 65535, 0),

@@ -132,7 +132,7 @@ listener_tcp(void)
 	}
 	l = evconnlistener_new_bind(ls.base, listener_accept_cb, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-	    511, res->ai_addr, (int)res->ai_addrlen);
+	    cf->backlog, res->ai_addr, (int)res->ai_addrlen);
 	freeaddrinfo(res);
 	if (l == NULL) {
 		log_warn("listen on %s port %d", cf->address, cf->port);
@@ -181,14 +181,15 @@ listener_unix(void)
 		 0)) == -1 ||
 	    bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 ||
 	    chmod(cf->unix_path, (mode_t)cf->unix_mode) != 0 ||
-	    listen(fd, 511) != 0) {
+	    listen(fd, cf->backlog) != 0) {
 		log_warn("listen.unix %s", cf->unix_path);
 		if (fd != -1)
 			close(fd);
 		return -1;
 	}
+	/* Backlog 0: it listens already (-1 would listen(2) again with 128). */
 	l = evconnlistener_new(
-	    ls.base, listener_accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	    ls.base, listener_accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, 0, fd);
 	if (l == NULL) {
 		close(fd);
 		return -1;
@@ -221,8 +222,10 @@ listener_systemd(void)
 			!listener_allowed((struct sockaddr *)&ss)))
 			return -1;
 		evutil_make_socket_nonblocking(fd);
+		/* Backlog 0: systemd's listen(2) stays (-1 would make it
+		 * 128). */
 		l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
-		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
 		if (l == NULL || ls.n == LISTENER_MAX)
 			return -1;
 		listener_add(l);

@@ -298,6 +298,60 @@ class Exposure(BrokerTest):
             else:
                 self.assertRegex(lines[0], r"^\d{4}-\d\d-\d\dT[\d:.]+Z info: ")
 
+    def test_listen_backlog(self):
+        """The daemon's own sockets listen with listen.backlog (511 by
+        default); a socket systemd passed keeps the backlog systemd made
+        it with (lockbroker.socket: 511), not libevent's 128."""
+        import signal
+        import socket
+        import subprocess
+        from lbtest import LOCKBROKERD, free_port, render_conf
+
+        def backlog(args):
+            out = subprocess.run(["ss", "-lnH"] + args, capture_output=True,
+                                 text=True, check=True).stdout.split()
+            # [Netid] State Recv-Q Send-Q ...: a listener's Send-Q is its
+            # backlog.
+            return int(out[out.index("LISTEN") + 2]) if out else None
+
+        def start(conf, env=None, pass_fds=(), shell=None):
+            path = os.path.join(self.tmpdir, "backlog.conf")
+            with open(path, "w") as f:
+                f.write(render_conf(conf))
+            argv = [LOCKBROKERD, "-c", path]
+            if shell:
+                argv = ["sh", "-c", shell + ' exec "$0" "$@"'] + argv
+            log = open(os.path.join(self.tmpdir, "backlog.log"), "w")
+            self.addCleanup(log.close)
+            p = subprocess.Popen(argv, stderr=log, env=env,
+                                 pass_fds=pass_fds)
+            self.addCleanup(lambda: p.poll() is not None or
+                            (p.send_signal(signal.SIGTERM), p.wait(10)))
+            return p
+
+        redis = {"host": "127.0.0.1", "port": free_port()}
+        port, sock = free_port(), os.path.join(self.tmpdir, "b.sock")
+        p = start({"listen": {"address": "127.0.0.1", "port": port,
+                              "unix": sock, "backlog": 1000},
+                   "redis": redis})
+        wait_for(lambda: backlog(["-t", "sport = :%d" % port]) == 1000, 5)
+        wait_for(lambda: backlog(["-x", "src", sock]) == 1000, 5)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(10), 0)
+        # Passed as systemd does: fd 3, LISTEN_FDS=1, LISTEN_PID its own.
+        s = socket.socket()
+        self.addCleanup(s.close)
+        s.bind(("127.0.0.1", 0))
+        s.listen(777)
+        passed = s.getsockname()[1]
+        p = start({"redis": redis}, pass_fds=(s.fileno(),),
+                  env=dict(os.environ, LISTEN_FDS="1"),
+                  shell="exec 3<&%d; export LISTEN_PID=$$;" % s.fileno())
+        wait_for(lambda: "listening on socket 3 from systemd" in open(
+            os.path.join(self.tmpdir, "backlog.log")).read(), 5)
+        self.assertEqual(backlog(["-t", "sport = :%d" % passed]), 777)
+        self.assertIsNone(p.poll())
+
     def test_a_bad_configuration_is_an_error_in_the_journal(self):
         """A configuration the daemon refuses at start reaches the journal
         at priority 3 (err), the reason in the text, and the daemon exits
