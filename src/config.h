@@ -17,8 +17,9 @@ struct config_listen {
 	int port;	 /* 7878, 1..65535 */
 	char *unix_path; /* key "unix"; "" = none */
 	int unix_mode; /* key "unix_mode", a string of octal digits, default "0660" */
-	bool insecure; /* listen beyond loopback without auth.secret */
-	int backlog;   /* 511, 1..65535: the own sockets' listen(2) */
+	char *unix_group; /* the socket's group; "" = the daemon's */
+	bool insecure;	  /* listen beyond loopback without auth.secret */
+	int backlog;	  /* 511, 1..65535: the own sockets' listen(2) */
 };
 
 struct config_redis {

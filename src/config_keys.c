@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <libconfig.h>
 #include <limits.h>
@@ -92,6 +93,18 @@ config_check_unix(const char *s)
 	return NULL;
 }
 
+/* The socket's group must exist where -t runs as where the daemon does. */
+static const char *
+config_check_group(const char *s)
+{
+	static char why[96];
+
+	if (s[0] == '\0' || getgrnam(s) != NULL)
+		return NULL;
+	snprintf(why, sizeof why, "no group named \"%.40s\"", s);
+	return why;
+}
+
 /* Spaces would split Redis commands and braces change cluster hash tags. */
 static const char *
 config_check_prefix(const char *s)
@@ -149,6 +162,8 @@ const struct config_key config_keys[] = {
 	K_INT("listen.port", listen.port, 7878, 1, 65535, 0),
 	K_STR("listen.unix", listen.unix_path, "", config_check_unix, 0),
 	K_MODE("listen.unix_mode", listen.unix_mode, 0660, 0),
+	K_STR(
+	    "listen.unix_group", listen.unix_group, "", config_check_group, 0),
 	K_BOOL("listen.insecure", listen.insecure, false, 0),
 	K_INT("listen.backlog", listen.backlog, 511, 1, 65535, 0),
 

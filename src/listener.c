@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 
 #include <errno.h>
+#include <grp.h>
 #include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -158,6 +159,21 @@ listener_unlink_stale(const char *path)
 	return unlink(path);
 }
 
+/* The socket to group ("" = leave it the daemon's). */
+static int
+listener_chgrp(const char *path, const char *group)
+{
+	struct group *gr;
+
+	if (group[0] == '\0')
+		return 0;
+	if ((gr = getgrnam(group)) == NULL) {
+		errno = ENOENT;
+		return -1;
+	}
+	return chown(path, (uid_t)-1, gr->gr_gid);
+}
+
 static int
 listener_unix(void)
 {
@@ -181,6 +197,7 @@ listener_unix(void)
 		 0)) == -1 ||
 	    bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 ||
 	    chmod(cf->unix_path, (mode_t)cf->unix_mode) != 0 ||
+	    listener_chgrp(cf->unix_path, cf->unix_group) != 0 ||
 	    listen(fd, cf->backlog) != 0) {
 		log_warn("listen.unix %s", cf->unix_path);
 		if (fd != -1)

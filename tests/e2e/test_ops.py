@@ -352,6 +352,53 @@ class Exposure(BrokerTest):
         self.assertEqual(backlog(["-t", "sport = :%d" % passed]), 777)
         self.assertIsNone(p.poll())
 
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to change users")
+    def test_unix_socket_group(self):
+        """listen.unix_group gives the Unix socket to a group, so that an
+        unprivileged client in it may connect (with unix_mode "0660");
+        one outside it may not. A group that does not exist is refused
+        by -t."""
+        import grp
+        import pwd
+        import socket
+        import subprocess
+        from lbtest import LOCKBROKERD, free_port, render_conf
+        gid = grp.getgrnam("nogroup").gr_gid
+        nobody = pwd.getpwnam("nobody").pw_uid
+        sock = os.path.join(self.tmpdir, "g.sock")
+        os.chmod(self.tmpdir, 0o755)
+        b = self.start_broker({"listen": {"unix": sock,
+                                          "unix_group": "nogroup"}},
+                              name="group")
+        wait_for(lambda: os.path.exists(sock), 5)
+        st = os.stat(sock)
+        self.assertEqual((st.st_gid, st.st_mode & 0o777), (gid, 0o660))
+
+        def ping_as(groups):
+            def drop():
+                os.setgroups(groups)
+                os.setgid(groups[0])
+                os.setuid(nobody)
+            code = ("import socket,sys\n"
+                    "s=socket.socket(socket.AF_UNIX)\n"
+                    "try: s.connect(sys.argv[1])\n"
+                    "except PermissionError: print('denied'); sys.exit()\n"
+                    "s.sendall(b'PING\\r\\n'); print(s.recv(64).decode().strip())")
+            return subprocess.run(["python3", "-c", code, sock],
+                                  preexec_fn=drop, capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        self.assertEqual(ping_as([gid]), "PONG")
+        self.assertEqual(ping_as([grp.getgrnam("users").gr_gid]), "denied")
+        conf = os.path.join(self.tmpdir, "nogroup.conf")
+        with open(conf, "w") as f:
+            f.write(render_conf({"listen": {
+                "unix": sock, "unix_group": "no-such-group-here"}}))
+        p = subprocess.run([LOCKBROKERD, "-t", "-c", conf],
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 78)
+        self.assertIn("listen.unix_group: no group named "
+                      "\"no-such-group-here\"", p.stderr)
+
     def test_a_bad_configuration_is_an_error_in_the_journal(self):
         """A configuration the daemon refuses at start reaches the journal
         at priority 3 (err), the reason in the text, and the daemon exits
