@@ -76,6 +76,8 @@ redisc_script_loaded_cb(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 static void redisc_conn_ready(struct redisc_conn *conn);
+static void redisc_conn_failed(struct redisc_conn *conn, const char *fmt, ...)
+    LB_PRINTF(2, 3);
 
 /*
  * AUTH and SELECT answers. The connection is used only once all of them
@@ -93,8 +95,7 @@ redisc_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply == NULL)
 		return;
 	if (reply->type == REDIS_REPLY_ERROR) {
-		log_warnx(
-		    "redis %s: %s failed: %s", conn->what, what, reply->str);
+		redisc_conn_failed(conn, "%s failed: %s", what, reply->str);
 		redisAsyncDisconnect(ac);
 	} else if (--conn->setup_left == 0 && conn->connected)
 		redisc_conn_ready(conn);
@@ -198,6 +199,38 @@ redisc_where(struct redisc_conn *conn, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * A connect that failed (refused, timed out, its AUTH or SELECT refused or
+ * not answered). An outage is a state, not an event for each try: the
+ * first failure after the connection was up (or the first ever) is
+ * logged, and one of another kind; the same again only every
+ * REDISC_STILL_MS, with how many came since. The connect that ends it
+ * says how long it took (redisc_conn_ready).
+ */
+static void
+redisc_conn_failed(struct redisc_conn *conn, const char *fmt, ...)
+{
+	char why[sizeof conn->said];
+	uint64_t now = mono_ms();
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (conn->fails++ == 0)
+		conn->down_ms = now;
+	if (conn->fails == 1 || strcmp(why, conn->said) != 0) {
+		log_warnx("redis %s: %s", conn->what, why);
+		memcpy(conn->said, why, sizeof why);
+		conn->said_ms = now;
+	} else if (now >= conn->said_ms + REDISC_STILL_MS) {
+		log_warnx("redis %s: %s (still: %u attempts in %llu s)",
+		    conn->what, why, conn->fails,
+		    (unsigned long long)(now - conn->down_ms) / 1000);
+		conn->said_ms = now;
+	}
+}
+
 static void
 redisc_set_up(struct redisc_conn *conn, bool up)
 {
@@ -216,7 +249,7 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	if (status != REDIS_OK) {
 		evtimer_del(conn->connect_timeout_ev);
 		/* hiredis frees the context itself after this returns. */
-		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
+		redisc_conn_failed(conn, "cannot connect to %s: %s",
 		    redisc_where(conn, where, sizeof where), ac->errstr);
 		conn->ac = NULL;
 		redisc_schedule_reconnect(conn);
@@ -226,8 +259,8 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	/* TCP only: on a Unix socket it fails and marks the context bad. */
 	if (!redisc_on_unix(conn))
 		redisEnableKeepAlive((redisContext *)&ac->c);
-	log_info("redis %s: connected to %s", conn->what,
-	    redisc_where(conn, where, sizeof where));
+	log_debug("redis %s: socket connected to %s; setting it up",
+	    conn->what, redisc_where(conn, where, sizeof where));
 	if (conn->setup_left == 0)
 		redisc_conn_ready(conn);
 }
@@ -236,8 +269,19 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 static void
 redisc_conn_ready(struct redisc_conn *conn)
 {
+	char where[300];
+
 	evtimer_del(conn->connect_timeout_ev);
 	redisc_set_up(conn, true);
+	redisc_where(conn, where, sizeof where);
+	if (conn->fails > 0)
+		log_info(
+		    "redis %s: connected to %s after %u failed attempts in %llu s",
+		    conn->what, where, conn->fails,
+		    (unsigned long long)(mono_ms() - conn->down_ms) / 1000);
+	else
+		log_info("redis %s: connected to %s", conn->what, where);
+	conn->fails = 0;
 	conn->attempts = 0;
 	if (conn->node < 0)
 		return;
@@ -258,13 +302,17 @@ redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 {
 	struct redisc_conn *conn = ac->data;
 
+	bool was_up = conn->up;
+
 	conn->ac = NULL;
 	conn->connected = false;
 	redisc_set_up(conn, false);
 	if (rc.stopping)
 		return;
-	log_warnx("redis %s: connection lost: %s", conn->what,
-	    status == REDIS_OK ? "closed" : ac->errstr);
+	/* One that never came up failed its setup, and said so. */
+	if (was_up)
+		log_warnx("redis %s: connection lost: %s", conn->what,
+		    status == REDIS_OK ? "closed" : ac->errstr);
 	redisc_schedule_reconnect(conn);
 }
 
@@ -278,14 +326,15 @@ redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	if (ac == NULL || conn->up)
 		return;
 	if (conn->connected) {
-		log_warnx("redis %s: AUTH or SELECT not answered within %d ms",
-		    conn->what, rc.cf->connect_timeout_ms);
+		redisc_conn_failed(conn,
+		    "AUTH or SELECT not answered within %d ms",
+		    rc.cf->connect_timeout_ms);
 		conn->ac = NULL;
 		redisAsyncFree(ac); /* its disconnect callback reconnects */
 		return;
 	}
-	log_warnx("redis %s: connect timed out after %d ms", conn->what,
-	    rc.cf->connect_timeout_ms);
+	redisc_conn_failed(
+	    conn, "connect timed out after %d ms", rc.cf->connect_timeout_ms);
 	conn->ac = NULL;
 	redisAsyncFree(ac); /* not connected: no disconnect callback */
 	redisc_schedule_reconnect(conn);
@@ -310,7 +359,7 @@ redisc_conn_open(struct redisc_conn *conn)
 	if (conn->ac == NULL)
 		fatalx("redis: out of memory");
 	if (conn->ac->err) {
-		log_warnx("redis %s: cannot connect to %s: %s", conn->what,
+		redisc_conn_failed(conn, "cannot connect to %s: %s",
 		    redisc_where(conn, where, sizeof where), conn->ac->errstr);
 		redisAsyncFree(conn->ac);
 		conn->ac = NULL;
@@ -393,7 +442,7 @@ redisc_schedule_reconnect(struct redisc_conn *conn)
 	else
 		delay = util_random_range(delay / 2 + 1, delay);
 	conn->attempts++;
-	log_info("redis %s: retrying in %llu ms", conn->what,
+	log_debug("redis %s: retrying in %llu ms", conn->what,
 	    (unsigned long long)delay);
 	tv = util_timeval(delay);
 	evtimer_add(conn->reconnect_ev, &tv);

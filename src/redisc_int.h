@@ -66,6 +66,12 @@ struct redisc_conn {
 	int setup_left;	   /* AUTH and SELECT answers still to come */
 	bool up;	   /* connected, and AUTH and SELECT said OK */
 	unsigned attempts; /* failed connects in a row */
+	/* redisc_conn_failed: failures since it was last up, since when,
+	 * and the last one logged, when. */
+	unsigned fails;
+	uint64_t down_ms;
+	char said[320];
+	uint64_t said_ms;
 	struct event *reconnect_ev;
 	struct event *connect_timeout_ev;
 	void (*setup)(redisAsyncContext *); /* queued at each connect */
@@ -86,6 +92,9 @@ struct redisc_node {
 	/* For INFO and /metrics (redisc_node_stats). */
 	uint64_t requests, timeouts, redirects;
 };
+
+/* How often an outage's same failure is logged again. */
+#define REDISC_STILL_MS 60000
 
 /* The module's state: one per process, shared by redisc*.c. */
 struct redisc_state {

@@ -298,7 +298,8 @@ class Auth(BrokerTest):
             self.brokers.append(b)
             self.addCleanup(self._kill, b)
             c = self.client(b)
-            wait_for(lambda: "redis command: connected" in b.logtext(), 5)
+            wait_for(lambda: "redis command: socket connected" in
+                     b.logtext(), 5)
             c.send("ACQUIRE w WAIT 0\n")
             # Refused at once, with Redis still stopped: had it gone out,
             # no answer would come until Redis runs again.

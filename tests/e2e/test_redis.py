@@ -1,8 +1,10 @@
 """The broker and its Redis: scripts cached or not, Redis restarts."""
 
 import threading
+import unittest
 
-from lbtest import BrokerTest, main, wait_for, wait_until
+from lbtest import (Broker, BrokerTest, Redis, free_port, main, wait_for,
+                    wait_until)
 
 
 class Scripts(BrokerTest):
@@ -85,6 +87,39 @@ class Scripts(BrokerTest):
         finally:
             self.redis("CONFIG", "SET", "min-replicas-to-write", "0")
         self.assertEqual(self.broker.logtext().count("NOREPLICAS"), 1)
+
+
+class Outage(unittest.TestCase):
+    def test_an_outage_is_one_line_per_connection(self):
+        """A Redis that cannot be reached is logged once per connection
+        (command, subscriber) while it lasts, however often the broker
+        tries (every 20 ms or so here); the tries are debug lines; the
+        connect that ends it says how long it took."""
+        import shutil
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="lboutage-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        port = free_port()
+        b = Broker(tmp, port, {"redis": {"reconnect_min_ms": 10,
+                                         "reconnect_max_ms": 20},
+                               "log": {"level": "debug"}},
+                   name="outage", wait_redis=False)
+        self.addCleanup(b.stop)
+        # A hundred tries each (the debug lines), logged once.
+        for what in ("command", "subscriber"):
+            wait_until(lambda: b.logtext().count(
+                "debug: redis %s: retrying in" % what) >= 100,
+                what="a hundred tries of the %s connection" % what)
+        log = b.logtext()
+        self.assertEqual(log.count("cannot connect"), 2, log[-2000:])
+        self.assertNotRegex(log, r"(info|warning): redis \w+: retrying")
+        r = Redis(tmp, port=port)
+        self.addCleanup(r.kill)
+        wait_until(lambda: b.logtext().count("after") >= 2,
+                   what="both connections back")
+        self.assertRegex(b.logtext(), r"redis command: connected to "
+                         r"127\.0\.0\.1:%d after \d+ failed attempts in "
+                         r"\d+ s" % port)
 
 
 class UnixAndDb(BrokerTest):
