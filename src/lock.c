@@ -201,7 +201,7 @@ lock_regrant_cb(const struct lockdb_reply *r, void *arg)
 		lockhold_drop_token(req->ln, req->token, NULL, LOST_STOLEN);
 		lockreq_answer_status(req, LOCK_TIMEOUT);
 	} else {
-		if (r->status == LDB_UNAVAILABLE)
+		if (r->status == LDB_UNAVAILABLE && !r->not_run)
 			lockreq_unsure(req);
 		lockreq_answer_db_error(req, r);
 	}

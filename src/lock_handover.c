@@ -156,7 +156,7 @@ lockhand_answer_cb(const struct lockdb_reply *r, void *arg)
 	}
 	lockname_pin(ln);
 	lockreq_landed(req);
-	if (r->status == LDB_UNAVAILABLE)
+	if (r->status == LDB_UNAVAILABLE && !r->not_run)
 		lockreq_unsure(req);
 	/* A grant took it out of the queue in Redis. */
 	if (r->status == LDB_OK)

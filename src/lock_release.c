@@ -82,9 +82,6 @@ lockrel_owe(struct lockrel *r)
 	/* Redis may answer again without a reconnect (it was only slow). */
 	if (!evtimer_pending(rel.retry_ev, NULL))
 		lockrel_retry_later();
-	log_info(
-	    "lock %s: Redis unavailable; will release it when Redis is back",
-	    r->name);
 	if (++rel.nowed > (unsigned)rel.cf->limits.max_waiters) {
 		old = TAILQ_FIRST(&rel.owed);
 		TAILQ_REMOVE(&rel.owed, old, entry);
@@ -106,6 +103,14 @@ lockrel_remember(const char *name, const char *token, uint64_t fence,
 		return;
 	r = lockrel_new(name, token, fence, lease_end_ms);
 	r->done = done;
+	if (fence == 0) /* lockreq_free_undo's: an ACQUIRE not answered */
+		log_info(
+		    "lock %s: an ACQUIRE Redis did not answer may have been granted; it is released when Redis answers",
+		    name);
+	else
+		log_info(
+		    "lock %s: Redis unavailable; will release it when Redis is back",
+		    name);
 	lockrel_owe(r);
 }
 

@@ -62,7 +62,7 @@ locktry_answer_cb(const struct lockdb_reply *r, void *arg)
 		return;
 	}
 	locktry_end(req);
-	if (r->status == LDB_UNAVAILABLE)
+	if (r->status == LDB_UNAVAILABLE && !r->not_run)
 		lockreq_unsure(req);
 	/* A grant took it out of the queue in Redis. */
 	if (r->status == LDB_OK)

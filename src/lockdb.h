@@ -64,6 +64,10 @@ struct lockdb_reply {
 	/* UNAVAILABLE from the gate: the script stopped there, having
 	 * written nothing (a waiter's place in the queue was not taken). */
 	bool closed;
+	/* UNAVAILABLE, and the script surely did not run (never sent,
+	 * refused before it ran, or stopped by the gate); without it, an
+	 * ACQUIRE may have been granted unseen. */
+	bool not_run;
 };
 
 /* An ACQUIRE or FILL as the scripts take it. */

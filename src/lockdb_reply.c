@@ -313,14 +313,19 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 	/* Not sent, or the connection went: say so, not "in time". */
 	if (r == NULL && !redisc_up())
 		out.why = "no connection to Redis (reconnecting)";
+	out.not_run = r == NULL && redisc_unsent();
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {
 		lockdb_log_error(req, r->str);
 		out.busy = lockdb_busy_error(r->str);
 		out.status = out.busy != NULL ? LDB_UNAVAILABLE : LDB_INTERNAL;
+		/* Every script has its flags (#!lua): Redis refuses such a
+		 * call whole, before it runs. */
+		out.not_run = out.busy != NULL;
 	} else if (r != NULL && !lockdb_parse(req->op, r, &out)) {
 		log_warnx("redis: lock %s: malformed script reply", req->name);
 		out.status = LDB_INTERNAL;
 	}
+	out.not_run = out.not_run || out.closed;
 	if (out.again) /* the gate: not the incarnation known here */
 		lockdb_incarnation_of(req->scope);
 	else if (req->op == LDB_ACQUIRE &&

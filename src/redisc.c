@@ -157,9 +157,18 @@ redisc_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void
 redisc_fail(struct redisc_req *req)
 {
-	if (!req->answered)
+	if (!req->answered) {
+		rc.unsent = true;
 		redisc_answer(req, NULL);
+		rc.unsent = false;
+	}
 	redisc_req_free(req);
+}
+
+bool
+redisc_unsent(void)
+{
+	return rc.unsent;
 }
 
 static void

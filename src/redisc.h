@@ -98,6 +98,13 @@ bool redisc_idle(void);
  * made before them first), so Redis runs the calls on one key, and every
  * other request, in the order they were made.
  */
+/*
+ * In a callback answered NULL: true if the request never reached Redis
+ * (no connection to send it on; or only redirected: MOVED, ASK and
+ * TRYAGAIN run nothing), false if it may have run unanswered (timed out,
+ * or its connection was lost with it in flight).
+ */
+bool redisc_unsent(void);
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
 /* A script that declares no keys, to the node that serves a slot (on

@@ -126,8 +126,10 @@ struct redisc_state {
 	void (*up_cb)(int, void *);
 	void *up_arg;
 	struct event *timeout_ev;
-	/* Requests that could not be sent, answered on the next turn. */
+	/* Requests that could not be sent, answered on the next turn; unsent
+	 * while one is answered (redisc_unsent). */
 	struct redisc_req *failed, **failed_tail;
+	bool unsent;
 	struct event *failed_ev;
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_req *pool; /* freed requests to reuse */

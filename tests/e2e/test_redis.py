@@ -122,6 +122,38 @@ class Outage(unittest.TestCase):
                          r"\d+ s" % port)
 
 
+class NeverGranted(BrokerTest):
+    conf = {"redis": {"trust_ms": 1000}}
+
+    def test_a_refused_acquire_owes_no_release(self):
+        """An ACQUIRE that never ran in Redis (no connection; the grace
+        period after Redis forgot; a refusal such as NOREPLICAS) was
+        granted nothing: the broker owes no release for it and does not
+        log one. One Redis may have run unseen (no answer in time) is
+        released when Redis answers again."""
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE warm WAIT 0"), r"^OK ")
+        self.assertEqual(a.cmd("RELEASE warm"), "OK")
+        self.assertEqual(self.redis("FLUSHALL"), "OK")
+        wait_until(lambda: a.cmd("ACQUIRE g WAIT 0").startswith(
+            "ERR UNAVAILABLE Redis forgot its locks"),
+            what="an ACQUIRE refused in the grace period")
+        self.redis("CONFIG", "SET", "min-replicas-to-write", "1")
+        try:
+            self.assertEqual(a.cmd("ACQUIRE n WAIT 0"),
+                             "ERR UNAVAILABLE Redis answered NOREPLICAS")
+        finally:
+            self.redis("CONFIG", "SET", "min-replicas-to-write", "0")
+        self.redis.kill()
+        wait_until(lambda: self.broker.info()["redis_up"] == "0",
+                   what="the broker sees Redis gone")
+        self.assertEqual(a.cmd("ACQUIRE d WAIT 0"),
+                         "ERR UNAVAILABLE no connection to Redis "
+                         "(reconnecting)")
+        self.assertNotIn("will release it", self.broker.logtext())
+        self.assertNotIn("lease ran out before", self.broker.logtext())
+
+
 class UnixAndDb(BrokerTest):
 
     def test_unix_socket_and_select(self):
