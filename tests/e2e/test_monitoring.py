@@ -372,6 +372,71 @@ class Promtool(unittest.TestCase):
         out = self.run_promtool("check", "rules", path)
         self.assertIn("SUCCESS: %d rules found" % len(queries), out)
 
+    def test_all_means_the_brokers_only(self):
+        """With "All" picked (Grafana's default), a panel counts only the
+        brokers, not every target of the Prometheus: here Prometheus
+        scrapes itself too, and "Brokers up" must be 1, "Resident
+        memory" and "Restarts" one series each. Grafana's All is a
+        variable's allValue if it has one, else its values joined as a
+        regex (those of label_values(lockbroker_build_info, ...))."""
+        dash, queries = dashboard_exprs(DASHBOARD)
+        values = {"job": ["lockbroker"], "instance": ["b1:7879"]}
+        subst = {}
+        for v in dash["templating"]["list"]:
+            if v["name"] in values:
+                subst[v["name"]] = v.get("allValue") or \
+                    "|".join(map(re.escape, values[v["name"]]))
+        want = {"Brokers up": "1", "Resident memory": None,
+                "Restarts": None}
+        rules, tests = [], []
+        for where, expr in queries:
+            title = re.match(r"panel '([^']*)'", where)
+            if title is None or title.group(1) not in want:
+                continue
+            expr = re.sub(r'\$__(rate_interval|interval|range)\b', '5m',
+                          expr)
+            expr = VARIABLE.sub(lambda m: subst[m.group(0).strip("${}")],
+                                expr)
+            name = "all:%s" % re.sub(r"\W", "_", title.group(1)).lower()
+            rules.append('      - record: %s\n        expr: %s\n' %
+                         (name, json.dumps(expr)))
+            tests.append(name)
+        self.assertEqual(len(tests), len(want), tests)
+        d = self.tmp()
+        with open(os.path.join(d, "all.rules.yml"), "w") as f:
+            f.write("groups:\n  - name: all\n    rules:\n" + "".join(rules))
+        series = [
+            ('up{job="lockbroker",instance="b1:7879"}', "1x20"),
+            ('up{job="prometheus",instance="localhost:9090"}', "1x20"),
+            ('lockbroker_build_info{job="lockbroker",instance="b1:7879",'
+             'version="1"}', "1x20"),
+            ('process_resident_memory_bytes{job="lockbroker",'
+             'instance="b1:7879"}', "1000x20"),
+            ('process_resident_memory_bytes{job="prometheus",'
+             'instance="localhost:9090"}', "9000x20"),
+            ('process_start_time_seconds{job="lockbroker",'
+             'instance="b1:7879"}', "5x20"),
+            ('process_start_time_seconds{job="prometheus",'
+             'instance="localhost:9090"}', "7x20")]
+        checks = []
+        for name in tests:
+            if name == "all:brokers_up":
+                out = '            - labels: \'%s\'\n              value: 1\n' \
+                    % name
+            else:
+                out = ('            - labels: \'%s{instance="b1:7879",'
+                       'job="lockbroker"}\'\n              value: %s\n' %
+                       (name, "1000" if "memory" in name else "0"))
+            checks.append('        - expr: %s\n          eval_time: 10m\n'
+                          '          exp_samples:\n%s' % (name, out))
+        with open(os.path.join(d, "all.test.yml"), "w") as f:
+            f.write("rule_files: [all.rules.yml]\nevaluation_interval: 1m\n"
+                    "tests:\n  - interval: 1m\n    input_series:\n" +
+                    "".join('      - series: \'%s\'\n        values: %s\n'
+                            % s for s in series) +
+                    "    promql_expr_test:\n" + "".join(checks))
+        self.run_promtool("test", "rules", os.path.join(d, "all.test.yml"))
+
     def tmp(self):
         d = tempfile.mkdtemp(prefix="lbtest-")
         self.addCleanup(shutil.rmtree, d, ignore_errors=True)
