@@ -37,7 +37,7 @@ static void lockdb_lag(struct lockdb_node *n, bool cluster);
  */
 /* maxmemory-policy from INFO memory's text; logs a change to evicting. */
 static void
-lockdb_policy(int node, const char *info)
+lockdb_policy_read(int node, const char *info)
 {
 	struct lockdb_node *n = &lockdb.node[node];
 	char was[sizeof n->refusal], policy[sizeof n->policy];
@@ -65,6 +65,14 @@ lockdb_policy(int node, const char *info)
 		log_warnx(
 		    "redis: %s: no lock is granted until it is (or redis.allow_eviction)",
 		    n->refusal);
+}
+
+/* The node's policy, and the broker's refusing gauge (any node's). */
+static void
+lockdb_policy(int node, const char *info)
+{
+	lockdb_policy_read(node, info);
+	STAT_SET(redis_refusing, lockdb_refusal() != NULL ? 1 : 0);
 }
 
 /* A policy set while connected: INFO memory with the beat. */

@@ -45,6 +45,9 @@
 	X(redis_up, GAUGE,                                                     \
 	    "1 while the Redis command connection is up (and Redis's "         \
 	    "incarnation of the lock data known)")                             \
+	X(redis_refusing, GAUGE,                                               \
+	    "1 while every grant is refused for a Redis setting (a "           \
+	    "maxmemory-policy other than noeviction)")                         \
 	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
 	X(redis_batched_total, COUNTER,                                        \
 	    "script calls sent in one request with others (a batch)")          \

@@ -140,11 +140,17 @@ class Metrics(BrokerTest):
         self.assertEqual(d.cmd("FILL g"), want)
         self.assertEqual(d.cmd("ACQUIRE h SHARED"), want)
         self.assertEqual(self.get("/healthz"), (503, want[16:] + "\n"))
+        # Up, yet refusing: a gauge of its own (LockbrokerRedisRefused).
+        metrics = parse(self.get("/metrics")[1])[0]
+        self.assertEqual(metrics["lockbroker_redis_up"], 1)
+        self.assertEqual(metrics["lockbroker_redis_refusing"], 1)
         self.assertIn("maxmemory-policy is allkeys-lru",
                       self.broker.logtext())
         self.redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
         self.redis("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
         wait_for(lambda: self.get("/healthz") == (200, "ok\n"), 5)
+        self.assertEqual(parse(self.get("/metrics")[1])[0][
+            "lockbroker_redis_refusing"], 0)
         self.assertRegex(d.cmd("ACQUIRE f WAIT 0"), r"^OK ")
 
     def test_allow_eviction_grants_loudly(self):
