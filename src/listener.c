@@ -42,6 +42,7 @@ static struct {
 	int n;
 	struct event *resume_ev;
 	char *unix_path; /* removed again at close */
+	int metrics_fd;	 /* passed by systemd for metrics, or -1 */
 } ls;
 
 static void
@@ -217,41 +218,65 @@ listener_unix(void)
 	return 0;
 }
 
+#if HAVE_LIBSYSTEMD
+/* A passed socket for clients: 0, or -1 if it must not be served. */
+static int
+listener_systemd_fd(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	struct evconnlistener *l;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+	    (ss.ss_family != AF_UNIX &&
+		!listener_allowed((struct sockaddr *)&ss)))
+		return -1;
+	evutil_make_socket_nonblocking(fd);
+	/* Backlog 0: systemd's listen(2) stays (-1 would make it 128). */
+	l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+	if (l == NULL || ls.n == LISTENER_MAX)
+		return -1;
+	listener_add(l);
+	log_info("listening on socket %d from systemd", fd);
+	return 0;
+}
+#endif
+
 /*
  * Sockets passed by systemd (lockbroker.socket): they replace listen.*.
- * Returns how many were taken, or -1 on a socket we must not serve.
+ * One named "metrics" (lockbroker-metrics.socket's FileDescriptorName=)
+ * is kept for metrics_init (listener_metrics_fd). Returns how many were
+ * taken for clients, or -1 on a socket we must not serve.
  */
 static int
 listener_systemd(void)
 {
 #if HAVE_LIBSYSTEMD
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int n = sd_listen_fds(1);
+	char **names = NULL;
+	int n = sd_listen_fds_with_names(1, &names), taken = 0;
 
-	for (int i = 0; i < n; i++) {
-		int fd = SD_LISTEN_FDS_START + i;
-		struct evconnlistener *l;
-
-		len = sizeof ss;
-		if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
-		    (ss.ss_family != AF_UNIX &&
-			!listener_allowed((struct sockaddr *)&ss)))
-			return -1;
-		evutil_make_socket_nonblocking(fd);
-		/* Backlog 0: systemd's listen(2) stays (-1 would make it
-		 * 128). */
-		l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
-		    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
-		if (l == NULL || ls.n == LISTENER_MAX)
-			return -1;
-		listener_add(l);
-		log_info("listening on socket %d from systemd", fd);
+	for (int i = 0; i < n && taken >= 0; i++) {
+		if (names != NULL && strcmp(names[i], "metrics") == 0)
+			ls.metrics_fd = SD_LISTEN_FDS_START + i;
+		else if (listener_systemd_fd(SD_LISTEN_FDS_START + i) == 0)
+			taken++;
+		else
+			taken = -1;
 	}
-	return n > 0 ? n : 0;
+	for (int i = 0; names != NULL && i < n; i++)
+		free(names[i]);
+	free(names);
+	return taken;
 #else
 	return 0;
 #endif
+}
+
+int
+listener_metrics_fd(void)
+{
+	return ls.metrics_fd;
 }
 
 int
@@ -261,6 +286,7 @@ listener_init(struct event_base *base, const struct config *cf)
 
 	ls.base = base;
 	ls.cf = cf;
+	ls.metrics_fd = -1;
 	ls.resume_ev = evtimer_new(base, listener_resume_cb, NULL);
 	if ((n = listener_systemd()) != 0) {
 		if (n > 0)

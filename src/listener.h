@@ -7,6 +7,9 @@ struct config;
 
 /* Bind every configured socket; on failure logs why and returns -1. */
 int listener_init(struct event_base *base, const struct config *cf);
+/* The socket systemd passed named "metrics" (after listener_init), or
+ * -1: metrics_init serves on it instead of metrics.address:port. */
+int listener_metrics_fd(void);
 /* Stop accepting (graceful stop) and free the listeners. */
 void listener_close(void);
 

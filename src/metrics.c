@@ -19,6 +19,7 @@
 #include "lb_build.h"
 #include "lock.h"
 #include "lockdb.h"
+#include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "redisc.h"
@@ -300,10 +301,13 @@ int
 metrics_init(struct event_base *base, const struct config *cf)
 {
 	const struct config_metrics *m = &cf->metrics;
+	int fd;
 
 	metrics_start_mono_ms = mono_ms();
 	metrics_start_wall_ms = wall_ms();
-	if (!m->enabled)
+	/* A metrics socket systemd passed is served whatever the file says,
+	 * as passed client sockets replace listen.*. */
+	if (!m->enabled && listener_metrics_fd() < 0)
 		return 0;
 	if ((metrics_http = evhttp_new(base)) == NULL)
 		fatalx("metrics: evhttp_new failed");
@@ -314,6 +318,15 @@ metrics_init(struct event_base *base, const struct config *cf)
 	evhttp_set_timeout(metrics_http, 10);
 	evhttp_set_cb(metrics_http, "/metrics", metrics_page, NULL);
 	evhttp_set_cb(metrics_http, "/healthz", metrics_healthz, NULL);
+	if ((fd = listener_metrics_fd()) >= 0) {
+		evutil_make_socket_nonblocking(fd);
+		if (evhttp_accept_socket(metrics_http, fd) != 0) {
+			log_warn("metrics: socket %d from systemd", fd);
+			return -1;
+		}
+		log_info("metrics on socket %d from systemd", fd);
+		return 0;
+	}
 	if (evhttp_bind_socket_with_handle(
 		metrics_http, m->address, (ev_uint16_t)m->port) == NULL) {
 		log_warn("metrics: cannot listen on %s port %d", m->address,

@@ -352,6 +352,52 @@ class Exposure(BrokerTest):
         self.assertEqual(backlog(["-t", "sport = :%d" % passed]), 777)
         self.assertIsNone(p.poll())
 
+    def test_metrics_socket_from_systemd(self):
+        """A socket systemd passes named "metrics" (lockbroker-metrics.socket,
+        FileDescriptorName=metrics) serves /metrics and /healthz, and the
+        others serve clients: a scrape reaches a socket-activated broker
+        before any client did (it is what starts it), so LockbrokerDown
+        means down."""
+        import signal
+        import socket
+        import subprocess
+        import urllib.request
+        from lbtest import LOCKBROKERD, free_port, render_conf
+        socks = []
+        for _ in range(2):
+            s = socket.socket()
+            self.addCleanup(s.close)
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+            socks.append(s)
+        clients, metrics = (s.getsockname()[1] for s in socks)
+        path = os.path.join(self.tmpdir, "sdm.conf")
+        with open(path, "w") as f:
+            f.write(render_conf({"redis": {"host": "127.0.0.1",
+                                           "port": free_port()},
+                                 "metrics": {"enabled": True,
+                                             "port": free_port()}}))
+        log = os.path.join(self.tmpdir, "sdm.log")
+        with open(log, "w") as err:
+            p = subprocess.Popen(
+                ["sh", "-c", 'exec 3<&%d 4<&%d; export LISTEN_PID=$$; '
+                 'exec "$0" "$@"' % tuple(s.fileno() for s in socks),
+                 LOCKBROKERD, "-c", path], stderr=err,
+                pass_fds=[s.fileno() for s in socks],
+                env=dict(os.environ, LISTEN_FDS="2",
+                         LISTEN_FDNAMES="lockbroker.socket:metrics"))
+        self.addCleanup(lambda: p.poll() is not None or
+                        (p.send_signal(signal.SIGTERM), p.wait(10)))
+        wait_for(lambda: "metrics on socket 4 from systemd" in
+                 open(log).read(), 5)
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics,
+                                    timeout=5) as r:
+            self.assertIn("lockbroker_build_info", r.read().decode())
+        c = socket.create_connection(("127.0.0.1", clients), timeout=5)
+        self.addCleanup(c.close)
+        c.sendall(b"PING\r\n")
+        self.assertEqual(c.recv(64), b"PONG\n")
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root to change users")
     def test_unix_socket_group(self):
         """listen.unix_group gives the Unix socket to a group, so that an
