@@ -27,9 +27,11 @@
 #include "config.h"
 #include "listener.h"
 #include "lock.h"
+#include "lockdb.h"
 #include "log.h"
 #include "metrics.h"
 #include "redisc.h"
+#include "stats.h"
 #include "util.h"
 
 #define MAIN_DRAIN_TICK_MS 10
@@ -40,6 +42,8 @@ static struct {
 	struct event *sig_term, *sig_int, *sig_hup;
 	struct event *drain_ev;
 	struct event *watchdog_ev; /* NULL unless systemd asks for pings */
+	struct event *status_ev;   /* NULL unless systemd listens */
+	char status[256];	   /* the STATUS= last said */
 	uint64_t drain_deadline_ms;
 	bool stopping;
 	const char *path; /* the configuration file, read again on HUP */
@@ -100,6 +104,45 @@ main_watchdog(void)
 	log_info(
 	    "systemd watchdog: a ping every %llu ms", (unsigned long long)ms);
 #endif
+}
+
+/*
+ * What `systemctl status` shows (STATUS=), said when it changes, looked
+ * at every second: whether Redis serves (or why not), and how many locks
+ * are held and waited for here.
+ */
+static void
+main_status_cb(evutil_socket_t fd, short what, void *arg)
+{
+	char now[sizeof m.status];
+	const char *refusal = lockdb_refusal();
+	long long held = (long long)stats[STAT_locks_held];
+
+	snprintf(now, sizeof now,
+	    "STATUS=Redis %s%s; %lld lock%s held, %lld waiting",
+	    !lockdb_up()	  ? "not connected"
+		: refusal != NULL ? "connected, refusing grants: "
+				  : "connected",
+	    lockdb_up() && refusal != NULL ? refusal : "", held,
+	    held == 1 ? "" : "s", (long long)stats[STAT_waiters]);
+	if (strcmp(now, m.status) == 0)
+		return;
+	memcpy(m.status, now, sizeof now);
+	main_notify(m.status);
+}
+
+static void
+main_status(void)
+{
+	struct timeval tv = { 1, 0 };
+
+	if (getenv("NOTIFY_SOCKET") == NULL)
+		return;
+	m.status_ev = event_new(m.base, -1, EV_PERSIST, main_status_cb, NULL);
+	if (m.status_ev == NULL)
+		fatalx("cannot set up the status event");
+	evtimer_add(m.status_ev, &tv);
+	main_status_cb(-1, 0, NULL);
 }
 
 /* Stop once every client is gone and every release we sent has an
@@ -248,6 +291,8 @@ main_teardown(void)
 	event_free(m.drain_ev);
 	if (m.watchdog_ev != NULL)
 		event_free(m.watchdog_ev);
+	if (m.status_ev != NULL)
+		event_free(m.status_ev);
 	event_base_free(m.base);
 	config_free(&m.cf);
 }
@@ -320,6 +365,7 @@ main(int argc, char **argv)
 	log_info("lockbrokerd %s started", LB_VERSION);
 	main_notify("READY=1");
 	main_watchdog();
+	main_status();
 	event_base_dispatch(m.base);
 	main_teardown();
 	log_info("stopped");

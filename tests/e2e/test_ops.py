@@ -352,6 +352,38 @@ class Exposure(BrokerTest):
         self.assertEqual(backlog(["-t", "sport = :%d" % passed]), 777)
         self.assertIsNone(p.poll())
 
+    def test_status_for_systemctl(self):
+        """Under systemd (NOTIFY_SOCKET) the daemon says READY=1, then a
+        STATUS= line for systemctl status whenever what it says changes:
+        whether Redis is connected, and how many locks are held and
+        waited for."""
+        import socket
+        notify = os.path.join(self.tmpdir, "notify.sock")
+        sd = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(sd.close)
+        sd.bind(notify)
+        sd.settimeout(0.2)
+        said = []
+
+        def status(want):
+            try:
+                while True:
+                    said.extend(sd.recv(4096).decode().split("\n"))
+            except socket.timeout:
+                pass
+            return any(l.startswith("STATUS=") and want in l for l in said)
+        b = self.start_broker(env=dict(os.environ, NOTIFY_SOCKET=notify),
+                              name="notified")
+        wait_for(lambda: status("Redis connected; 0 locks held, 0 waiting"),
+                 5)
+        self.assertIn("READY=1", said)
+        c = self.client(b)
+        self.assertRegex(c.cmd("ACQUIRE shown"), r"^OK ")
+        wait_for(lambda: status("Redis connected; 1 lock held, 0 waiting"),
+                 5)
+        self.redis.kill()
+        wait_for(lambda: status("Redis not connected"), 5)
+
     def test_metrics_socket_from_systemd(self):
         """A socket systemd passes named "metrics" (lockbroker-metrics.socket,
         FileDescriptorName=metrics) serves /metrics and /healthz, and the
