@@ -117,7 +117,8 @@ lockdb_ask_node(int scope)
  * how many came since (INFO's redis_node<i> incarnations counts them).
  */
 static void
-lockdb_inc_learned(int scope, const char *id, bool made, uint64_t grace_ms)
+lockdb_inc_learned(
+    int scope, const char *id, bool made, bool first, uint64_t grace_ms)
 {
 	static struct {
 		bool said;
@@ -131,6 +132,16 @@ lockdb_inc_learned(int scope, const char *id, bool made, uint64_t grace_ms)
 	if (!made && grace_ms == 0) {
 		if (!redisc_cluster())
 			log_info("redis: lock data incarnation %s", id);
+		return;
+	}
+	/* Knowing none before, this broker has no holds to put back: a
+	 * first start on an unused Redis is no news. */
+	if (made && first) {
+		lockdb_scope_name(scope, what, sizeof what);
+		log_info(
+		    "redis: first lock data%s (incarnation %s): no grant for %" PRIu64
+		    " ms (grace period)",
+		    what, id, grace_ms);
 		return;
 	}
 	if (redisc_cluster() && node[n].said &&
@@ -242,7 +253,7 @@ lockdb_incarnation_cb(const redisReply *r, void *arg)
 		memcpy(sc->inc, e[0]->str, e[0]->len + 1);
 		if (!seeding) /* lockdb_seed says it */
 			lockdb_inc_learned(inc.scope, sc->inc,
-			    e[2]->integer == 1, inc.grace_ms);
+			    e[2]->integer == 1, inc.first, inc.grace_ms);
 	}
 	if (lockdb.inc_fn != NULL)
 		lockdb.inc_fn(&inc);
