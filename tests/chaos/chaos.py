@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""lockbroker chaos suite: two brokers on one durable Redis, 8 worker
+"""lockbroker chaos suite: two brokers on one durable Redis (or Sentinel's
+master and replica, or a Redis Cluster of three shards), 8 worker
 processes x 8 connections hammering 11 lock names (two of them held SHARED
 or with LIMIT), a nemesis breaking things, and checkers that read what
 happened. Exits 0 only if no violation was found. See
@@ -29,6 +30,9 @@ from topology import BROKER_CONF, LEASE_MS, Topology  # noqa: E402
 VARIANTS = ("none", "no_fence", "blind_release", "no_validity", "no_limit",
             "no_foreign_notice", "owed_blind", "no_tickets", "no_grace",
             "no_clock_fence", "no_confirm", "no_eviction_check")
+# The variants broken only on a cluster, which the cluster topology's
+# self-test (--self-test --cluster) runs instead of the others.
+CLUSTER_VARIANTS = ("lock_key_only", "one_scope")
 # The checker each broken variant is for. The self-test passes only if
 # each variant is caught, and caught by this one.
 CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
@@ -39,7 +43,13 @@ CATCHES = {"no_fence": "fences", "blind_release": "overlaps",
            # a hold Redis lost, its holder not told: whichever of the two
            # invariant checkers sees the other holder first
            "no_confirm": ("overlaps", "belief"),
-           "no_eviction_check": "eviction"}
+           "no_eviction_check": "eviction",
+           # a script that names a key it was not passed fails half
+           # applied in a slot being moved: Redis and the broker say so
+           "lock_key_only": "cluster_logs",
+           # a shard's new incarnation puts back another slot's holds,
+           # not its own: those its new master never got are told stolen
+           "one_scope": "put_back"}
 
 
 def catchers(variant):
@@ -54,7 +64,10 @@ def catchers(variant):
 SELF_TEST_LOAD = {"owed_blind": {"long_share": 0.5},
                   # no_confirm: holds whose keys and counters were deleted
                   # go untold until their lease ends; long ones show it.
-                  "no_confirm": {"long_share": 0.5}}
+                  "no_confirm": {"long_share": 0.5},
+                  # one_scope: holds a shard's failover lost outlive its
+                  # grace period only if long.
+                  "one_scope": {"long_share": 0.5}}
 N_WORKERS, N_CONNS = 8, 8
 COMMAND_TIMEOUT_S = BROKER_CONF["redis"]["command_timeout_ms"] / 1000.0
 DEFAULT_BINARY = os.path.join(HERE, "..", "..", "build-chaos", "src",
@@ -76,7 +89,8 @@ def parse_args(argv):
                    help="seconds of load and faults (per variant with "
                         "--self-test)")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--fault-variant", choices=VARIANTS, default="none",
+    p.add_argument("--fault-variant", choices=VARIANTS + CLUSTER_VARIANTS,
+                   default="none",
                    help="run brokers broken on purpose (needs a build with "
                         "-Dchaos_faults=true)")
     p.add_argument("--self-test", action="store_true",
@@ -86,6 +100,11 @@ def parse_args(argv):
     p.add_argument("--sentinel", action="store_true",
                    help="a master, a replica and three Sentinels instead "
                         "of one Redis; adds the lagging_failover fault")
+    p.add_argument("--cluster", action="store_true",
+                   help="a Redis Cluster of three masters with a replica "
+                        "each instead of one Redis; its faults are shard "
+                        "failovers and slots moved (with --self-test: the "
+                        "cluster variants)")
     p.add_argument("--weights", metavar="KIND=N,...", default="",
                    help="put each kind named N times (not once) into "
                         "every round of faults, e.g. lagging_failover=3 "
@@ -141,8 +160,9 @@ def self_test(args):
     """Each broken variant must be caught by the checker it is for
     (CATCHES); others that saw it too are listed."""
     results, lines = {}, []
-    only = args.only.split(",") if args.only else VARIANTS[1:]
-    for i, v in enumerate(VARIANTS[1:]):
+    variants = CLUSTER_VARIANTS if args.cluster else VARIANTS[1:]
+    only = args.only.split(",") if args.only else variants
+    for i, v in enumerate(variants):
         if v not in only:
             continue
         res = run(args, v, seed=args.seed + i, stop_when_caught=True)
@@ -172,7 +192,8 @@ def parse_weights(text):
     out = {}
     for item in filter(None, text.split(",")):
         kind, _, n = item.partition("=")
-        if kind not in nemesis.SENTINEL_KINDS or not n.isdigit():
+        if kind not in nemesis.SENTINEL_KINDS + nemesis.CLUSTER_KINDS or \
+                not n.isdigit():
             sys.exit("--weights: %r is not KIND=N with a fault kind" % item)
         out[kind] = int(n)
     return out
@@ -184,19 +205,22 @@ def run(args, variant, seed=None, stop_when_caught=False):
     t0 = time.monotonic()
     topo = Topology(args.lockbrokerd, variant, seed,
                     sentinel=getattr(args, "sentinel", False),
-                    brokers=getattr(args, "brokers", 2))
+                    brokers=getattr(args, "brokers", 2),
+                    cluster=getattr(args, "cluster", False))
     procs = []
     try:
         if variant != "none" and not topo.variant_active():
             raise NotChaosBuild(
                 "%s ignores LOCKBROKER_CHAOS_FAULT=%s: build it with "
                 "-Dchaos_faults=true" % (args.lockbrokerd, variant))
-        base = {b.name: _settled(b) for b in topo.brokers}
+        base = {b.name: _settled(topo, b) for b in topo.brokers}
         res = _load_and_break(args, topo, seed, stop_when_caught, procs)
         res["readings"] = _end_readings(topo, base)
         res["exit_codes"] = topo.stop_brokers()
+        if topo.cluster:
+            res["log_lines"] = topo.bad_log_lines()
         res.update(variant=variant, seed=seed, duration=args.duration,
-                   sentinel=topo.sentinel,
+                   sentinel=topo.sentinel, cluster=bool(topo.cluster),
                    run_time_s=round(time.monotonic() - t0, 1))
         if args.keep:
             _keep_run(topo.tmpdir, res)
@@ -210,7 +234,8 @@ def run(args, variant, seed=None, stop_when_caught=False):
 # everything else the checkers and the report read.
 RUN_KEYS = ("writes", "faults", "t0", "t_end", "readings", "exit_codes",
             "final_stats", "kill_stats", "workers_alive_at_end", "variant",
-            "seed", "duration", "run_time_s", "sentinel")
+            "seed", "duration", "run_time_s", "sentinel", "cluster",
+            "log_lines")
 
 
 def _keep_run(tmpdir, res):
@@ -265,6 +290,8 @@ def recheck(path, faults_file=None):
            "variant": run.get("variant", "none"),
            "seed": run.get("seed", 0), "duration": run.get("duration", 0),
            "sentinel": run.get("sentinel", False),
+           "cluster": run.get("cluster", False),
+           "log_lines": run.get("log_lines"),
            "run_time_s": run.get("run_time_s", 0)}
     old = run.get("checks", {})
     if res["readings"] is None and "resources" in old:
@@ -350,18 +377,20 @@ def _watch(duration, catcher, topo, nem, journals):
         records = [r for j in journals for r in workers.read_journal(j)]
         found = checkers.run_all(records, topo.resource.snapshot(),
                                  list(nem.faults), time.monotonic(),
-                                 COMMAND_TIMEOUT_S)
+                                 COMMAND_TIMEOUT_S, log_lines=(
+                                     topo.bad_log_lines() if topo.cluster
+                                     else None))
         if any(found[c]["violations"] for c in catcher):
             return
 
 
-def _settled(broker):
+def _settled(topo, broker):
     """A broker's baseline (fds beyond clients, RSS) once two readings a
     moment apart agree (Redis connections come up asynchronously)."""
-    last = broker.resources()
+    last = topo.resources(broker)
     for _ in range(20):
         time.sleep(0.25)
-        now = broker.resources()
+        now = topo.resources(broker)
         if now[0] == last[0]:
             return now
         last = now
@@ -378,6 +407,11 @@ def _end_readings(topo, base):
         try:
             fds, rss = topo.wait_quiet(b, r["base_fds"])
             r.update(end_fds=fds, end_rss_kib=rss)
+            if topo.cluster:
+                r["redis_conns"] = topo.resources(b)[2]
+                r["redis_nodes"] = len(topo.cluster.nodes)
+            if fds != r["base_fds"]:
+                r["peers"] = b.peers()
         except (OSError, ValueError, KeyError) as e:
             r["error"] = "could not read: %r" % (e,)
         out.append(r)
@@ -398,9 +432,12 @@ def _judge(res, keep_journal=True):
     journals to /tmp if there are any, for a post-mortem)."""
     res["checks"] = checkers.run_all(res["records"], res["writes"],
                                      res["faults"], res["t_end"],
-                                     COMMAND_TIMEOUT_S, res.pop("readings"))
+                                     COMMAND_TIMEOUT_S, res.pop("readings"),
+                                     res.pop("log_lines", None))
     res["operations"] = report.operations(res["records"], res["checks"])
     res["grants_back"] = report.grants_back(res["faults"])
+    if res.get("cluster"):
+        res["cluster_faults"] = report.cluster_counts(res["faults"])
     res["broker_stats"] = report.broker_stats(res.pop("final_stats"),
                                               res.pop("kill_stats"))
     res["violations"] = sum(len(c["violations"])

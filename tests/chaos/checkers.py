@@ -26,9 +26,15 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # (nemesis.LINK_KINDS): those with "proxies" break the links of the brokers
 # named there, the others Redis itself. After the heal the broker connects
 # again within redis.reconnect_max_ms and asks Redis about its holds.
+# On a cluster, a shard's failover and a slot's move are Redis faults (the
+# broker's connection to that master, and its subscriber connection if it
+# was there, break or move).
+CLUSTER_FAULT_KINDS = ("shard_failover", "master_paused", "stale_promotion",
+                       "stale_takeover", "master_killed", "reshard_held")
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis", "lagging_failover", "frozen_failover")
+              "wipe_redis", "lagging_failover",
+              "frozen_failover") + CLUSTER_FAULT_KINDS
 RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # Lock data lost in the same incarnation (docs/protocol.md §3, the bounds
 # on how late a holder can be told): a key and its fence counter deleted
@@ -40,6 +46,10 @@ RESUBSCRIBE_S = 1.0       # redis.reconnect_max_ms of the chaos brokers
 # holder may then go untold.)
 LOSS_BOUND_S = {("tamper", "wipe"): (1.0 + 0.2, 1.0 + 0.3),
                 ("evict_window", None): (0.25 + 0.35, 0.25 + 0.75)}
+# How a holder is told of a hold its broker gave up and then released in
+# Redis itself (lock_hold.c, lockhold_lost): the name may be granted at
+# once after, before the lease would have ended.
+GIVEN_UP = ("EVENT LOST unavailable", "EVENT LOST expired")
 # Replies after which an operation may have acted in Redis.
 _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
 
@@ -363,8 +373,13 @@ def _overlap(a, g, ctx):
            "before; holder told by %s" % (old["name"], _brief(old),
                                           _brief(new), ms, margin, how)
     if margin < 0:
-        # Its lease had not ended: only lock data lost by hand or by
-        # eviction explains that, within its bound.
+        # Its lease had not ended: only its broker giving it up (told
+        # EVENT LOST, then released in Redis: a session lease whose
+        # renewals did not get through, a stale hold not put back), or
+        # lock data lost by hand or by eviction, explains that.
+        if how in GIVEN_UP and t_told - new["t_granted"] <= SLACK_S:
+            return True, line + " (its broker gave it up, told it, then " \
+                "released it)"
         why = ctx.loss_excuse(old, new["t_granted"], t_told
                               if how is not None
                               else hold_end(old, ctx.t_end))
@@ -749,9 +764,53 @@ def check_eviction(faults):
     return {"violations": viol, "passed": passed}
 
 
+def check_put_back(grants, ctx):
+    """(12) On a cluster, a shard taken over by a replica that missed
+    writes (stale_takeover: within redis.trust_ms, so the brokers still
+    vouch for the holds it lost) is a new incarnation of its slots, in
+    whose grace period every exclusive hold its brokers held there is put
+    back (docs/protocol.md §8): none of them may be told EVENT LOST stolen
+    from the fault's start until the grace period after its heal is over,
+    unless its token was acted on from another connection meanwhile."""
+    viol, judged = [], 0
+    for f in ctx.faults:
+        if f["kind"] != "stale_takeover" or "t_heal" not in f:
+            continue
+        a, b = f["t_start"], f["t_heal"] + CLUSTER_GRACE_S + RESUBSCRIBE_S
+        for g in grants:
+            if g["name"] not in f.get("names", ()) or \
+                    _mode(g) != "exclusive" or g["t_granted"] > b or \
+                    hold_end(g, ctx.t_end) < a:
+                continue
+            judged += 1
+            if g.get("lost_reason") != "stolen" or not \
+                    a <= g["t_lost"] <= b:
+                continue
+            if any(o["t_sent"] >= g["t_sent"] for o in
+                   ctx.ops.get(g["token"], ())) or \
+                    len(ctx.holds.get(g["token"], ())) > 1:
+                continue
+            viol.append("fault %d stale_takeover: %s told stolen %.0f ms "
+                        "after the heal, not put back" % (
+                            f["n"], _brief(g),
+                            (g["t_lost"] - f["t_heal"]) * 1e3))
+    return {"violations": viol, "judged": judged}
+
+
+def check_cluster_logs(lines):
+    """(11) On a cluster, no log of a broker or a node says "non local
+    key" (a script touched a key it did not declare: during a migration it
+    fails half applied) or "CROSSSLOT" (one request's keys in two slots):
+    lines is [(whose log, the line)] of those that do."""
+    return {"violations": ["%s: %s" % (who, line) for who, line in lines],
+            "passed": not lines}
+
+
 def check_resources(readings):
     """(7) At the end each broker has its baseline fds (beyond connected
-    clients) and an RSS within 20 MiB of its start."""
+    clients, and on a cluster its connections to the nodes, of which it
+    has at most one per node and the subscriber's) and an RSS within 20
+    MiB of its start."""
     viol = []
     for r in readings:
         if r.get("error"):
@@ -760,6 +819,10 @@ def check_resources(readings):
         if r["end_fds"] != r["base_fds"]:
             viol.append("%s: %d fds beyond clients, %d at start" % (
                 r["broker"], r["end_fds"], r["base_fds"]))
+        if r.get("redis_conns", 0) > r.get("redis_nodes", 0) + 1:
+            # On a cluster: one per node at most, and the subscriber's.
+            viol.append("%s: %d connections to %d Redis nodes" % (
+                r["broker"], r["redis_conns"], r["redis_nodes"]))
         if r["end_rss_kib"] - r["base_rss_kib"] > RSS_SLACK_KIB:
             viol.append("%s: RSS %d KiB, %d KiB at start" % (
                 r["broker"], r["end_rss_kib"], r["base_rss_kib"]))
@@ -793,8 +856,11 @@ HANDOVER_LEASE_S = 2.5 + 1.0  # command_timeout_ms, and clock_step_ms
 # the first of them noticed. A tamper that deleted the marker is one too
 # (_kind).
 FORGET_KINDS = ("kill_redis", "wipe_redis", "flushall", "lagging_failover",
-                "frozen_failover")
+                "frozen_failover") + CLUSTER_FAULT_KINDS
 GRACE_S = 1.0 * (1 + 2 * 0.01) + 1.0
+# A cluster's grace period also covers cluster-node-timeout (1.5 s in the
+# chaos cluster) + 1 s (docs/protocol.md §8).
+CLUSTER_GRACE_S = GRACE_S + 1.5 + 1.0
 # Redis refusing every script (eviction: OOM under noeviction, or an
 # evicting policy the brokers refuse to grant under): no waiter can take or
 # keep its ticket meanwhile, so none is owed its place (no news is lost:
@@ -825,7 +891,7 @@ def _fair_excuse(w, faults, stalls=False):
     for f in faults:
         k, heal = _kind(f), f.get("t_heal", float("inf")) + RESUBSCRIBE_S
         if k in FORGET_KINDS:
-            heal += GRACE_S
+            heal += CLUSTER_GRACE_S if k in CLUSTER_FAULT_KINDS else GRACE_S
         if k in _OWN_STOPS and f.get("target") == "b%d" % w["broker"]:
             why = "its broker"
             if k == "kill_broker":
@@ -1078,8 +1144,9 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
 
 
 def run_all(records, writes, faults, t_end, command_timeout_s,
-            readings=None):
-    """Every checker; readings (fds, RSS) only at the very end."""
+            readings=None, log_lines=None):
+    """Every checker; readings (fds, RSS) only at the very end; log_lines
+    (check_cluster_logs') only on a cluster."""
     grants = [r for r in records if r["type"] == "grant"]
     acqs = [r for r in records if r["type"] == "acq"]
     ctx = Context(grants, [r for r in records if r["type"] == "op"],
@@ -1098,4 +1165,7 @@ def run_all(records, writes, faults, t_end, command_timeout_s,
     res["fairness"] = check_fairness(grants, acqs, faults, t_end)
     if readings is not None:
         res["resources"] = check_resources(readings)
+    if log_lines is not None:
+        res["cluster_logs"] = check_cluster_logs(log_lines)
+        res["put_back"] = check_put_back(grants, ctx)
     return res

@@ -2,6 +2,7 @@
 by a liveness probe of every broker. Seeded, so a run can be replayed in
 its choices (not in its timing)."""
 
+import itertools
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ import threading
 import time
 
 from topology import lbtest  # the e2e harness, on the path topology set
+from lbcluster import Cluster, slot_of_name, lock_key  # noqa: E402
+from workers import NAMES  # noqa: E402
 
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
@@ -18,13 +21,30 @@ KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
 # that missed the last writes, and one away from a master frozen, not
 # killed.
 SENTINEL_KINDS = KINDS + ("lagging_failover", "frozen_failover")
+# The cluster topology (chaos.py --cluster) keeps the kinds that need no
+# proxy and no single Redis, and adds a shard's failovers (CLUSTER
+# FAILOVER on a replica, a master stopped or killed, a replica that missed
+# writes promoted) and a slot moved while its names are held and waited
+# on. Each leaves every shard with a master and a replica again.
+CLUSTER_FAILOVER_KINDS = ("shard_failover", "master_paused",
+                          "stale_promotion", "stale_takeover",
+                          "master_killed")
+CLUSTER_KINDS = ("pause_broker", "pause_worker", "kill_broker",
+                 "clock_jump") + CLUSTER_FAILOVER_KINDS + ("reshard_held",)
+FAILOVER_MODES = ("default", "FORCE", "TAKEOVER")
+# stale_takeover: how long the replica misses writes before it takes over.
+TAKEOVER_LAG_S = (1.0, 2.0)
+# reshard_held: the pause after each key of the slot moved (the slot half
+# moved meanwhile, as an operator's resharding tool leaves it).
+MIGRATE_PAUSE_S = (0.2, 0.6)
 # The kinds that break a broker's Redis link (rec["proxies"] names whose)
 # or Redis itself (every broker's): news on the subscriber connection (a
 # release or a shortened lease through the other broker, a REVOKE) comes
 # late or is missed, until the broker has subscribed again.
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
-              "wipe_redis", "lagging_failover", "frozen_failover")
+              "wipe_redis", "lagging_failover", "frozen_failover") + \
+    CLUSTER_FAILOVER_KINDS + ("reshard_held",)
 # The self-test wants the faults that make stale holders and late grants:
 # Redis stalls and slow links (400-800 ms each way) whose round trips stay
 # under the 2.5 s command timeout (so the late answer still arrives) but
@@ -44,12 +64,20 @@ SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
                       "no_grace": ("flushall", "wipe_redis"),
                       "no_clock_fence": ("flushall", "wipe_redis"),
                       "no_confirm": ("tamper",),
-                      "no_eviction_check": ("evict_window",)}
+                      "no_eviction_check": ("evict_window",),
+                      # a script that names undeclared keys meets a slot
+                      # half moved under load
+                      "lock_key_only": ("reshard_held",),
+                      # a shard failed over, its data lost or not
+                      "one_scope": ("stale_takeover",)}
 # ... and that variant's tamper made the way that shows it: every key of
 # held names deleted.
 TAMPER_HOW_OF = {"no_confirm": ("wipe",)}
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
+# On a cluster the grace period also covers cluster-node-timeout + 1 s
+# (docs/protocol.md §8): 1.02 + 1 + 1.5 + 1 s, + 2 s.
+CLUSTER_LIVENESS_S = 6.5
 LAG_S = (2.0, 4.0)      # lagging_failover: how long the replica misses writes
 FAILOVER_WAIT_S = 20.0  # ... and the longest a promotion may take
 EVICTION_POLICY = "allkeys-lru"
@@ -65,6 +93,12 @@ CLOCK_JUMPS = ("+300s", "-120s", "+3600s", "-30s")
 # lease is trusted short of.
 CLOCK_STEP_MS = (300, 900)
 MARKER = "lockbroker:incarnation"
+
+
+def _in_slot(base, slot):
+    """Fresh names base<i> whose lock data is in slot."""
+    return (n for n in (base + str(i) for i in itertools.count(1))
+            if slot_of_name(n) == slot)
 
 
 def _evicted_keys(r):
@@ -90,6 +124,7 @@ class Nemesis(threading.Thread):
         self.kill_stats = []        # INFO of brokers just before kill -9
         self._stop_ev = threading.Event()
         self._bag = []
+        self._moved = {}    # reshard_held's holder and waiter, by fault
 
     def stop(self):
         """Heal the fault in progress now and end the schedule."""
@@ -102,7 +137,7 @@ class Nemesis(threading.Thread):
         faults)."""
         t0 = time.monotonic()
         end = t0 + self.duration
-        kinds = SENTINEL_KINDS if self.topo.sentinel else KINDS
+        kinds = self._kinds()
         mean = min(10.0, self.duration / (len(kinds) - 1.0))
         if self.self_test:
             mean = min(5.0, self.duration / 12.0)
@@ -119,13 +154,20 @@ class Nemesis(threading.Thread):
         """Every kind once (shuffled; a weighted kind its weight's times)
         in a round before the next round."""
         if not self._bag:
-            kinds = (SELF_TEST_KINDS_OF.get(self.self_test, SELF_TEST_KINDS)
-                     if self.self_test else SENTINEL_KINDS
-                     if self.topo.sentinel else KINDS)
+            kinds = self._kinds()
+            if self.self_test:
+                kinds = SELF_TEST_KINDS_OF.get(self.self_test,
+                                               SELF_TEST_KINDS)
             self._bag = [k for k in kinds
                          for _ in range(self.weights.get(k, 1))]
             self.rng.shuffle(self._bag)
         return self._bag.pop()
+
+    def _kinds(self):
+        """The topology's fault kinds."""
+        if self.topo.cluster:
+            return CLUSTER_KINDS
+        return SENTINEL_KINDS if self.topo.sentinel else KINDS
 
     def one(self, kind):
         """Inject, wait, heal, probe; the record goes to self.faults."""
@@ -525,12 +567,197 @@ class Nemesis(threading.Thread):
                     r("DEL", "tampered:" + k)
         return heal
 
+    # The cluster topology's kinds.
+
+    def _held_by_master(self):
+        """{master port: the workers' names it serves that are held now
+        (their lock key exists)}, every master a key."""
+        c = self.topo.cluster
+        view = c.view(c.masters()[0])
+        out = {m: [] for m in c.masters()}
+        for n in NAMES:
+            m = view.owner(slot_of_name(n))
+            if c.node(m)("EXISTS", lock_key(n)) == 1:
+                out.setdefault(m, []).append(n)
+        return out
+
+    def _shard(self, rec):
+        """A master to fail over: one serving held names if any; the
+        record names it, its held names and a slot of one of them (the
+        liveness probe's second name)."""
+        held = self._held_by_master()
+        busy = [m for m, ns in held.items() if ns]
+        m = self.rng.choice(sorted(busy or held))
+        rec.update(target="redis", node=m, names_held=held[m])
+        rec["probe_slot"] = slot_of_name(self.rng.choice(held[m])) \
+            if held[m] else self.topo.cluster.slots_of(m)[0]
+        return m
+
+    def _shard_failover(self, rec):
+        """CLUSTER FAILOVER (default, FORCE or TAKEOVER) on the replica of
+        a master serving held names: the shard's slots get a new master
+        and a new incarnation (a grace period for their names only), and
+        the old master becomes its replica."""
+        c = self.topo.cluster
+        m = self._shard(rec)
+        rec["mode"] = self.rng.choice(FAILOVER_MODES)
+        t = time.monotonic()
+        rec["promoted"] = c.failover(m, rec["mode"])
+        rec["promoted_after_s"] = round(time.monotonic() - t, 2)
+        rec["hold_s"] = self._hold(0.5, 2)
+        return lambda: None
+
+    def _master_paused(self, rec):
+        """SIGSTOP a master serving held names past cluster-node-timeout:
+        its replica is promoted while it still holds its sockets open and
+        its last writes unanswered; the heal resumes it, and it must rejoin
+        as the new master's replica."""
+        c = self.topo.cluster
+        m = self._shard(rec)
+        rep = c.replica_of(m)
+        rec["t_freeze"] = time.monotonic()
+        c.pause(m)
+        try:
+            c.wait_promoted(m, rep)
+        except AssertionError:
+            c.resume(m)
+            raise
+        rec.update(promoted=rep, promoted_after_s=round(
+            time.monotonic() - rec["t_freeze"], 2),
+            hold_s=self._hold(0.5, 2))
+        return lambda: c.resume(m)
+
+    def _stale_promotion(self, rec):
+        """A replica that missed 2-4 s of writes (grants, releases, fence
+        counters) promoted: lbcluster's promote_stale cuts it off while
+        the load runs, then kills the master; the heal starts the old
+        master again, and it rejoins as a replica."""
+        m = self._stale(rec, LAG_S, self.topo.cluster.promote_stale)
+        return lambda: self.topo.cluster.restart(m)
+
+    def _stale_takeover(self, rec):
+        """A replica that missed 1-2 s of writes made master at once
+        (lbcluster's takeover_stale: CLUSTER FAILOVER TAKEOVER while the
+        master is stopped for a moment, then resumed to become its
+        replica): within redis.trust_ms, so the brokers still trust the
+        holds whose grants the new master never got, and must put them
+        back in its grace period (the put_back checker)."""
+        self._stale(rec, TAKEOVER_LAG_S, self.topo.cluster.takeover_stale)
+        return lambda: None
+
+    def _stale(self, rec, lag, promote):
+        """promote(master, during) a replica of a master serving held
+        names, cut off for lag seconds (rec's lag_s) while the load runs;
+        the master's port."""
+        m = self._shard(rec)
+        rec["names"] = self._names_of(m)
+        rec["lag_s"] = round(self.rng.uniform(*lag), 2)
+        t = time.monotonic()
+
+        def during():
+            self._stop_ev.wait(rec["lag_s"])
+            rec["t_kill"] = time.monotonic()
+        rec["promoted"] = promote(m, during)
+        rec.update(promoted_after_s=round(time.monotonic() - t, 2),
+                   hold_s=self._hold(0.5, 2))
+        return m
+
+    def _names_of(self, master):
+        """The workers' names master serves now."""
+        view = self.topo.cluster.view(master)
+        return [n for n in NAMES if view.owner(slot_of_name(n)) == master]
+
+    def _master_killed(self, rec):
+        """kill -9 a master serving held names: its replica is promoted
+        after cluster-node-timeout; the heal starts the old one again
+        (empty: no persistence) and it rejoins as a replica."""
+        c = self.topo.cluster
+        m = self._shard(rec)
+        rec["t_kill"] = time.monotonic()
+        rec["promoted"] = c.kill_master(m)
+        rec.update(promoted_after_s=round(
+            time.monotonic() - rec["t_kill"], 2), hold_s=self._hold(0.5, 2))
+        return lambda: c.restart(m)
+
+    def _reshard_held(self, rec):
+        """Move the slot of a held name (waited on, if any is) to another
+        master as an operator does: IMPORTING, MIGRATING, its keys moved
+        one at a time with a pause after each while the load runs, then
+        SETSLOT NODE everywhere. A name of the slot is held through b0 and
+        waited on through b1 all the while (_after_reshard_held)."""
+        c = self.topo.cluster
+        held = self._held_by_master()
+        names = sorted(n for ns in held.values() for n in ns)
+        waited = [n for n in names
+                  if c.at(lock_key(n))("EXISTS", lock_key(n) + ":queue")]
+        name = self.rng.choice(waited or names or list(NAMES))
+        slot = slot_of_name(name)
+        src = c.master_of(slot)
+        dst = self.rng.choice([m for m in c.masters() if m != src])
+        rec.update(target="redis", node=src, to=dst, slot=slot,
+                   probe_slot=slot, names_held=[
+                       n for n in names if slot_of_name(n) == slot],
+                   waited=name in waited,
+                   pause_s=round(self.rng.uniform(*MIGRATE_PAUSE_S), 2))
+        self._moved[rec["n"]] = self._hold_and_wait(slot, rec)
+        mig = c.begin_migration(slot, dst)
+        try:
+            c.migrate_keys(mig, pause_between_keys=rec["pause_s"])
+        finally:
+            rec["keys_moved"] = len(mig.moved)
+            c.finish_migration(mig)
+        rec["hold_s"] = self._hold(0.2, 1)
+        return lambda: None
+
+    def _hold_and_wait(self, slot, rec):
+        """A fresh name of slot held (a session lock) through b0, and an
+        ACQUIRE of it sent through b1, not read yet: (name, holder,
+        waiter), or None when a broker is down or the grant is refused."""
+        b0, b1 = self.topo.brokers[0], self.topo.brokers[1]
+        if not (b0.pid and b1.pid):
+            return None
+        name = Cluster.names_in_slot(slot, 1, base="moved.%d." % rec["n"])[0]
+        holder = lbtest.Client(b0.port, timeout=10)
+        if not holder.cmd("ACQUIRE %s WAIT 5000" % name).startswith("OK "):
+            holder.close()
+            return None
+        waiter = lbtest.Client(b1.port, timeout=10)
+        waiter.send("ACQUIRE %s WAIT 120000" % name)
+        rec["moved_name"] = name
+        return name, holder, waiter
+
+    def _after_reshard_held(self, rec):
+        """The waiter on the moved name must be granted it within the
+        liveness window of its holder's RELEASE, after the move: one more
+        entry in rec["liveness"]."""
+        got = self._moved.pop(rec["n"], None)
+        if got is None:
+            return
+        name, holder, waiter = got
+        res = {"broker": "b1 waiter on %s" % name, "ok": False, "tries": 1,
+               "last": ""}
+        try:
+            holder.send("RELEASE %s" % name)
+            t = time.monotonic()
+            waiter.sock.settimeout(CLUSTER_LIVENESS_S)
+            while not res["last"].startswith(("OK", "ERR", "TIMEOUT")):
+                res["last"] = waiter.line()
+            if res["last"].startswith("OK "):
+                res.update(ok=True, after_s=round(time.monotonic() - t, 3))
+        except (OSError, ConnectionError, ValueError) as e:
+            res["last"] = repr(e)[:100]
+        finally:
+            holder.close()
+            waiter.close()
+        rec["liveness"].append(res)
+
     # Liveness.
 
     def probe(self, rec):
         """Each live broker must grant a free name to a try-once within
         LIVENESS_S of the heal; probed in parallel, one thread each."""
         out = [None] * len(self.topo.brokers)
+        self._probe_home(rec)
 
         def go(i, b):
             out[i] = self._probe_one(b, rec)
@@ -542,16 +769,50 @@ class Nemesis(threading.Thread):
             t.join()
         return out
 
+    def _probe_home(self, rec):
+        """On a cluster, the slot of a worker's name (one the load keeps
+        using) in which the liveness probe takes fresh names."""
+        if self.topo.cluster:
+            rec["probe_home"] = slot_of_name(self.rng.choice(NAMES))
+
     def _probe_one(self, b, rec):
-        """ACQUIRE <fresh name> WAIT 0 until OK or the deadline."""
-        deadline = rec["t_heal"] + LIVENESS_S
+        """ACQUIRE <fresh name> WAIT 0 until OK or the deadline; on a
+        cluster, then the same for fresh names in the slot the fault hit
+        (probe_slot), whose shard failed over or which moved."""
+        deadline = rec["t_heal"] + (CLUSTER_LIVENESS_S if self.topo.cluster
+                                    else LIVENESS_S)
         res = {"broker": b.name, "ok": False, "tries": 0, "last": ""}
         if not b.pid:
             res["last"] = "broker down"
             return res
+        base = "probe.%d.%s." % (rec["n"], b.name)
+        names = [(base + str(i) for i in itertools.count(1))]
+        if self.topo.cluster:
+            # A slot's first use after its shard failed over starts its
+            # grace period: fresh names in a slot the load keeps using,
+            # then in the slot the fault hit.
+            slots = [rec["probe_home"], rec.get("probe_slot")]
+            names = [_in_slot(base, s) for s in slots if s is not None]
+        for gen in names:
+            res["ok"] = False
+            if not self._probe_names(b, gen, deadline, res):
+                break
+            res["after_s"] = round(time.monotonic() - rec["t_heal"], 3)
+        if res["ok"]:
+            return res
+        # A broker that does not even answer INFO is stuck: say where.
+        hung = b.diagnose()
+        if hung:
+            res["hung"] = hung
+        return res
+
+    @staticmethod
+    def _probe_names(b, names, deadline, res):
+        """Try-once the next of names until one is granted (True) or the
+        deadline passes (False); counts tries and the last reply in res."""
         while time.monotonic() < deadline:
             res["tries"] += 1
-            name = "probe.%d.%s.%d" % (rec["n"], b.name, res["tries"])
+            name = next(names)
             try:
                 c = lbtest.Client(b.port, timeout=max(
                     0.05, deadline - time.monotonic()))
@@ -559,16 +820,11 @@ class Nemesis(threading.Thread):
                     res["last"] = c.cmd("ACQUIRE %s WAIT 0" % name)
                     if res["last"].startswith("OK "):
                         c.cmd("QUIT")
-                        res.update(ok=True, after_s=round(
-                            time.monotonic() - rec["t_heal"], 3))
-                        return res
+                        res["ok"] = True
+                        return True
                 finally:
                     c.close()
             except (OSError, ConnectionError) as e:
                 res["last"] = repr(e)[:100]
             time.sleep(0.05)
-        # A broker that does not even answer INFO is stuck: say where.
-        hung = b.diagnose()
-        if hung:
-            res["hung"] = hung
-        return res
+        return False

@@ -11,7 +11,10 @@ SHOW_EXPLAINED = 40        # the JSON has every one
 
 CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "belief",
             "late_grants", "liveness", "eviction", "resources",
-            "fairness")
+            "fairness", "cluster_logs", "put_back")
+# The cluster topology's faults that fail a shard over.
+FAILOVER_KINDS = ("shard_failover", "master_paused", "stale_promotion",
+                  "stale_takeover", "master_killed")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",
@@ -109,7 +112,8 @@ def fault_lines(faults, t0):
                          ("node", "delay_ms", "loss", "offset", "uptime_s",
                           "holding", "how", "drops", "lag_s",
                           "dropped_bytes", "promoted_after_s", "promoted",
-                          "error")
+                          "mode", "names_held", "slot", "to", "keys_moved",
+                          "pause_s", "moved_name", "error")
                          if k in f)
         live = ", ".join(
             "%s %s" % (p["broker"], "ok %.2fs" % p["after_s"] if p["ok"]
@@ -155,6 +159,27 @@ def grants_back(faults):
             for k, d in sorted(per.items())}
 
 
+def cluster_counts(faults):
+    """The cluster topology's shard failovers (by kind, and by mode for
+    CLUSTER FAILOVER) and slot migrations, those of held names apart, and
+    the keys moved; faults that failed to start are not counted."""
+    done = [f for f in faults if "error" not in f]
+    fo = [f for f in done if f["kind"] in FAILOVER_KINDS]
+    mig = [f for f in done if f["kind"] == "reshard_held"]
+    by = collections.Counter(
+        f["kind"] + (" " + f["mode"] if f.get("mode") else "") for f in fo)
+    return {"failovers": len(fo),
+            "failovers_of_held_names": sum(bool(f.get("names_held"))
+                                           for f in fo),
+            "failovers_by_kind": dict(sorted(by.items())),
+            "migrations": len(mig),
+            "migrations_of_held_names": sum(bool(f.get("names_held"))
+                                            for f in mig),
+            "migrations_waited_on": sum(bool(f.get("waited")) for f in mig),
+            "keys_moved": sum(f.get("keys_moved", 0) for f in mig),
+            "failed_to_start": [f["n"] for f in faults if "error" in f]}
+
+
 def grants_back_lines(gb):
     """The summary's lines for grants_back()."""
     out = ["grants refused after each fault, until every live broker "
@@ -180,7 +205,8 @@ def summary(res):
     out = ["== lockbroker chaos: variant %s, seed %d%s: %.0f s of load and "
            "faults (of %.0f s asked), %.0f s in all" % (
                res["variant"], res["seed"], ", Sentinel topology"
-               if res.get("sentinel") else "", res["t_end"] - res["t0"],
+               if res.get("sentinel") else ", Redis Cluster topology"
+               if res.get("cluster") else "", res["t_end"] - res["t0"],
                res["duration"], res["run_time_s"])]
     a = ops["acquires"]
     out.append("operations: acquires ok %d, timeout %d, errors %s, "
@@ -208,6 +234,16 @@ def summary(res):
     out.append("faults: %s" % dict(collections.Counter(
         f["kind"] for f in res["faults"])))
     out += fault_lines(res["faults"], res["t0"])
+    if res.get("cluster_faults"):
+        cf = res["cluster_faults"]
+        out.append("cluster: %d shard failovers (%d of held names) %s; %d "
+                   "slot migrations (%d of held names, %d waited on), %d "
+                   "keys moved; faults that failed to start: %s" % (
+                       cf["failovers"], cf["failovers_of_held_names"],
+                       cf["failovers_by_kind"], cf["migrations"],
+                       cf["migrations_of_held_names"],
+                       cf["migrations_waited_on"], cf["keys_moved"],
+                       cf["failed_to_start"] or "none"))
     if res.get("grants_back") is not None:
         out += grants_back_lines(res["grants_back"])
     out.append("violations by checker:")

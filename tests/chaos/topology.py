@@ -1,7 +1,9 @@
 """The system under test: one durable Redis (or, with sentinel, a master,
 a replica and three Sentinels), two brokers each behind its own Redis proxy
 (the second under libfaketime), and the fenced resource, all on loopback in
-one temporary directory. Built on tests/e2e/lbtest.py."""
+one temporary directory; or, with cluster, a Redis Cluster of three masters
+with a replica each and two brokers connected to it directly. Built on
+tests/e2e/lbtest.py and tests/e2e/lbcluster.py."""
 
 import os
 import shutil
@@ -16,6 +18,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "e2e"))
 import lbtest  # noqa: E402
+from lbcluster import Cluster  # noqa: E402
 
 from proxy import (Proxy, ProxyGroup, ReplicationLink,  # noqa: E402
                    SentinelRelay)
@@ -43,6 +46,17 @@ MASTER_NAME = "mymaster"
 SENTINELS = 3
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
+# The cluster topology: three masters with a replica each; a master that
+# answers nobody for cluster-node-timeout is failed over (its replica
+# promoted about a second later). A master down stops only its own slots
+# (cluster-require-full-coverage no, as docs/operations.md advises).
+CLUSTER_MASTERS = 3
+NODE_TIMEOUT_MS = 1500
+CLUSTER_ARGS = ("--cluster-require-full-coverage", "no")
+# What no log of the cluster topology may say: a script that touched a key
+# it did not declare, during a migration ("Script attempted to access a
+# non local key"), or a request whose keys span slots.
+BAD_LOG_TEXTS = ("non local key", "CROSSSLOT")
 
 # lbtest.Broker takes its binary and wrapper from module globals; brokers
 # (re)started from two threads must not see each other's.
@@ -84,18 +98,41 @@ class ChaosBroker(lbtest.Broker):
         if self.pid:
             os.kill(self.pid, sig)
 
-    def resources(self):
+    def resources(self, redis_ports=None):
         """(open fds minus connected clients, RSS in KiB), read while one
-        INFO connection of ours is open, so both counts include it."""
+        INFO connection of ours is open, so both counts include it.
+        redis_ports: a cluster's node ports, whose connections are not
+        counted either (the broker keeps one to each node it has used as a
+        master, and the subscriber's: the cluster's changes, not a leak,
+        set their number; a third value, their count)."""
         c = lbtest.Client(self.port, timeout=3)
         try:
             clients = int(c.info()["clients"])
             fds = len(os.listdir("/proc/%d/fd" % self.pid))
+            conns = None
+            if redis_ports is not None:
+                conns = sum(int(p.rsplit(":", 1)[1]) in redis_ports
+                            for p in (x.split(">")[1]
+                                      for x in self.peers()))
+                fds -= conns
         finally:
             c.close()
         with open("/proc/%d/status" % self.pid) as f:
             rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+        if redis_ports is not None:
+            return fds - clients, rss, conns
         return fds - clients, rss
+
+    def peers(self):
+        """The daemon's TCP connections, "local>peer" (ss), for a report
+        whose fds did not come back to the baseline."""
+        try:
+            out = subprocess.run(["ss", "-tnp"], capture_output=True,
+                                 text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            return ["ss: %r" % (e,)]
+        return sorted(">".join(l.split()[3:5]) for l in out.splitlines()
+                      if "pid=%d," % self.pid in l)
 
     def diagnose(self):
         """What a broker that does not answer is doing, for the report:
@@ -162,15 +199,18 @@ class Topology:
     """Everything the run needs, started in order and torn down in full."""
 
     def __init__(self, binary, variant="none", seed=0, sentinel=False,
-                 brokers=2):
+                 brokers=2, cluster=False):
         """sentinel: a master and a replica watched by three Sentinels,
-        which the brokers ask for the master (redis.sentinels); brokers:
-        how many (b1 runs under libfaketime, the others on the real
-        clock)."""
+        which the brokers ask for the master (redis.sentinels); cluster: a
+        Redis Cluster (self.cluster, lbcluster's), which the brokers know
+        by its masters (redis.cluster), no proxy between; brokers: how
+        many (b1 runs under libfaketime, the others on the real clock)."""
         self.nbrokers = brokers
         self.tmpdir = tempfile.mkdtemp(prefix="lbchaos-")
         self.variant = variant
         self.sentinel = sentinel
+        self.cluster = None
+        self.want_cluster = cluster
         self.clock_file = os.path.join(self.tmpdir, "faketime")
         # Every Redis node's wall clock, moved together by
         # set_redis_clock (tests/shim/clockshift.c).
@@ -198,7 +238,12 @@ class Topology:
         """Redis, then the proxies, the brokers and the resource."""
         self.set_clock("+0")
         redis_conf = [{} for _ in range(self.nbrokers)]
-        if self.sentinel:
+        if self.want_cluster:
+            self.cluster = Cluster(self.tmpdir, CLUSTER_MASTERS, 1,
+                                   NODE_TIMEOUT_MS, extra=CLUSTER_ARGS)
+            redis_conf = [{"cluster": self.cluster.seeds()}] * self.nbrokers
+            self.proxies = []
+        elif self.sentinel:
             self._start_sentinel(seed)
             redis_conf = [{"sentinels": ["127.0.0.1:%d" % r.port
                                          for r in rs],
@@ -218,8 +263,10 @@ class Topology:
                      FAKETIME_TIMESTAMP_FILE=self.clock_file,
                      DONT_FAKE_MONOTONIC="1")
         for i in range(self.nbrokers):
+            port = self.cluster.masters()[0] if self.cluster else \
+                self.proxies[i].port
             self.brokers.append(ChaosBroker(
-                self.tmpdir, self.proxies[i].port, binary,
+                self.tmpdir, port, binary,
                 faked if i == 1 else base, "b%d" % i, redis_conf[i]))
         self.resource = FencedResource()
 
@@ -351,6 +398,28 @@ class Topology:
                                          else None)
         node.start()
 
+    def resources(self, broker):
+        """broker.resources(), without its connections to a cluster's
+        nodes (then a third value: how many)."""
+        return broker.resources(set(self.cluster.nodes) if self.cluster
+                                else None)
+
+    def bad_log_lines(self):
+        """Every line of a broker's or a cluster node's log that says one
+        of BAD_LOG_TEXTS: [(whose log, the line)]."""
+        texts = [(b.name, b.logtext()) for b in self.brokers]
+        if self.cluster:
+            for p, n in self.cluster.nodes.items():
+                try:
+                    with open(os.path.join(n.tmpdir, "redis.log"),
+                              errors="replace") as f:
+                        texts.append(("node %d" % p, f.read()))
+                except OSError:
+                    pass
+        return [(who, line.strip()[:300]) for who, text in texts
+                for line in text.splitlines()
+                if any(bad in line for bad in BAD_LOG_TEXTS)]
+
     def step_redis_clock(self, ms):
         """Step every Redis node's wall clock by ms (forward if
         positive), as NTP or an operator would."""
@@ -394,6 +463,16 @@ class Topology:
         for _, proc in self.sentinels:
             proc.kill()
             proc.wait()
+        if self.cluster:
+            if keep:    # the nodes' logs beside the brokers'
+                for p, n in self.cluster.nodes.items():
+                    try:
+                        shutil.copy(os.path.join(n.tmpdir, "redis.log"),
+                                    os.path.join(self.tmpdir,
+                                                 "redis-%d.log" % p))
+                    except OSError:
+                        pass
+            self.cluster.stop()
         for p in list(self.proxies or ()) + self.links + [
                 r for rs in self.relays for r in rs]:
             p.stop()
@@ -425,7 +504,7 @@ class Topology:
         closes and Redis reconnects finish asynchronously."""
         end = time.monotonic() + timeout
         while True:
-            fds, rss = broker.resources()
+            fds, rss = self.resources(broker)[:2]
             if fds == baseline_fds or time.monotonic() > end:
                 return fds, rss
             time.sleep(0.2)

@@ -601,14 +601,11 @@ class Cluster:
         self.wait_settled(promoted, what="%d promoted in %d's place" %
                           (rep, old))
 
-    def promote_stale(self, master, during=None):
-        """A replica that missed writes promoted: its link to master is
-        cut while it is stopped (a stopped process still takes in what is
-        sent to it, so the stop alone would lose nothing), during() writes
-        what it will miss, then master is killed and the replica resumed;
-        returns its port once it serves master's slots. Its data may be
-        at most cluster-node-timeout x cluster-replica-validity-factor
-        old (15 s here by default) for it to stand."""
+    def cut_replica(self, master, during=None):
+        """Stop master's replica and drop its link (a stopped process
+        still takes in what is sent to it, so the stop alone would lose
+        nothing), then during(): the replica, returned, misses what is
+        written meanwhile."""
         rep = self.replica_of(master)
         self.pause(rep)
         self.node(master)("CLIENT", "KILL", "TYPE", "replica")
@@ -617,9 +614,49 @@ class Cluster:
                    "%d to have dropped its replica" % master)
         if during:
             during()
+        return rep
+
+    def promote_stale(self, master, during=None):
+        """A replica that missed writes promoted: its link to master is
+        cut while it is stopped (a stopped process still takes in what is
+        sent to it, so the stop alone would lose nothing), during() writes
+        what it will miss, then master is killed and the replica resumed;
+        returns its port once it serves master's slots. Its data may be
+        at most cluster-node-timeout x cluster-replica-validity-factor
+        old (15 s here by default) for it to stand."""
+        rep = self.cut_replica(master, during)
         self.nodes[master].kill()
         self.resume(rep, settle=False)
         self.wait_promoted(master, rep)
+        return rep
+
+    def takeover_stale(self, master, during=None):
+        """A replica that missed writes made master at once, with no
+        election and no cluster-node-timeout to wait: cut off as by
+        promote_stale (stopped, its link dropped, during() writing what it
+        will miss), then the master stopped, the replica resumed and told
+        CLUSTER FAILOVER TAKEOVER, and the master resumed once the replica
+        says it serves the shard: the master learns the newer epoch and
+        becomes its replica, its writes since the cut discarded. Returns
+        the replica's port once every node agrees."""
+        rep = self.cut_replica(master, during)
+        self.pause(master)
+        try:
+            self.resume(rep, settle=False)
+            ok(self.node(rep)("CLUSTER", "FAILOVER", "TAKEOVER"),
+               "CLUSTER FAILOVER TAKEOVER on %d" % rep)
+            wait_until(lambda: self.view(rep).master_port(rep) is None and
+                       master not in {p for _, _, p in
+                                      self.view(rep).slot_map()}, 10,
+                       "%d to serve %d's slots" % (rep, master))
+        finally:
+            self.resume(master, settle=False)
+
+        def swapped(view):
+            return view.master_port(rep) is None and \
+                view.master_port(master) == rep
+        self.wait_settled(swapped, what="%d taken over from %d" %
+                          (rep, master))
         return rep
 
     def kill(self, port):
