@@ -252,7 +252,6 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 	return false;
 }
 
-/* Redis names a script's line "user_script:N": say which file it is. */
 /*
  * A busy reply is Redis's state, not one request's, and comes to every
  * request while it lasts: each code word is logged once, then at most
@@ -289,6 +288,7 @@ lockdb_log_busy(const struct lockdb_req *req, const char *err)
 	return true;
 }
 
+/* Redis names a script's line "user_script:N": say which file it is. */
 static void
 lockdb_log_error(const struct lockdb_req *req, const char *err)
 {
