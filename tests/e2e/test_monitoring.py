@@ -9,9 +9,11 @@ import shutil
 import subprocess
 import tempfile
 import unittest
+import urllib.error
+import urllib.parse
 import urllib.request
 
-from lbtest import BrokerTest, free_port, main
+from lbtest import BrokerTest, free_port, main, wait_until
 
 MONITORING = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "..", "..", "monitoring")
@@ -300,6 +302,110 @@ class Monitoring(BrokerTest):
                            input=self.scrape(), capture_output=True,
                            text=True, timeout=60)
         self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+
+
+class RealPrometheus(BrokerTest):
+    """The dashboard's queries against a real Prometheus (Debian has no
+    Grafana to import it into) that scrapes two brokers and itself."""
+
+    def setUp(self):
+        if shutil.which("prometheus") is None:
+            self.skipTest("prometheus not found (Debian package prometheus)")
+        self.mport = free_port()
+        self.conf = {"metrics": {"enabled": True, "port": self.mport}}
+        super().setUp()
+
+    activity = Monitoring.activity
+
+    def api(self, path):
+        url = "http://127.0.0.1:%d/api/v1/%s" % (self.pport, path)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                out = json.loads(r.read().decode())
+        except urllib.error.HTTPError as e:
+            raise AssertionError("%s: %s" % (path, e.read().decode()))
+        self.assertEqual(out["status"], "success", out)
+        return out["data"]
+
+    def query(self, expr):
+        return self.api("query?query=" + urllib.parse.quote(expr))["result"]
+
+    def test_dashboard_on_two_brokers_and_prometheus(self):
+        """Every panel query, its variables set to All as Grafana sets them
+        (the values label_values finds, joined as a regex), is answered;
+        the panels that read series every target has (up, process_*)
+        show the two brokers only."""
+        import signal
+        other = free_port()
+        b2 = self.start_broker({"metrics": {"enabled": True, "port": other}},
+                               name="second")
+        tmp = tempfile.mkdtemp(prefix="lbprom-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        self.pport = free_port()
+        with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
+            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    "scrape_configs:\n"
+                    "  - job_name: lockbroker\n"
+                    "    static_configs: [{targets: ['127.0.0.1:%d', "
+                    "'127.0.0.1:%d']}]\n"
+                    "  - job_name: prometheus\n"
+                    "    static_configs: [{targets: ['127.0.0.1:%d']}]\n"
+                    % (self.mport, other, self.pport))
+        log = open(os.path.join(tmp, "prometheus.log"), "w")
+        self.addCleanup(log.close)
+        p = subprocess.Popen(
+            ["prometheus", "--config.file=" + os.path.join(tmp,
+                                                           "prometheus.yml"),
+             "--storage.tsdb.path=" + os.path.join(tmp, "data"),
+             "--web.listen-address=127.0.0.1:%d" % self.pport],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: (p.send_signal(signal.SIGTERM), p.wait(30)))
+        self.activity()
+        self.assertRegex(self.client(b2).cmd("ACQUIRE two"), r"^OK ")
+
+        def scraped():
+            try:
+                up = self.query("up")
+            except OSError:
+                return False
+            return len(up) == 3 and all(u["value"][1] == "1" for u in up)
+        wait_until(scraped, 30, "three targets up")
+        # Two scrapes of each after the activity, for rate() and changes().
+        wait_until(lambda: len(self.query(
+            "count_over_time(lockbroker_build_info[10s])")) == 2 and
+            all(float(r["value"][1]) >= 3 for r in self.query(
+                "count_over_time(lockbroker_build_info[10s])")),
+            30, "three scrapes of each broker")
+        dash, queries = dashboard_exprs(DASHBOARD)
+        values = {}
+        for v in dash["templating"]["list"]:
+            if v["type"] != "query":
+                continue
+            self.assertNotIn("allValue", v, v["name"])
+            # Grafana escapes each value for a PromQL string: a regex
+            # backslash, doubled.
+            values[v["name"]] = "|".join(
+                re.escape(x).replace("\\", "\\\\") for x in self.api(
+                    "label/%s/values?match[]=lockbroker_build_info" %
+                    v["name"]))
+        self.assertEqual(values["job"], "lockbroker")
+        checked = 0
+        for where, expr in queries:
+            if not where.startswith("panel"):
+                continue
+            expr = re.sub(r'\$__(rate_interval|interval|range)\b', '10s',
+                          expr)
+            expr = VARIABLE.sub(lambda m: values[m.group(0).strip("${}")],
+                                expr)
+            result = self.query(expr)
+            checked += 1
+            for r in result:
+                inst = r["metric"].get("instance")
+                self.assertIn(inst, (None, "127.0.0.1:%d" % self.mport,
+                                     "127.0.0.1:%d" % other), (where, r))
+            if where.startswith("panel 'Brokers up'"):
+                self.assertEqual(result[0]["value"][1], "2", result)
+        self.assertGreaterEqual(checked, 40)
 
 
 class Dashboard(unittest.TestCase):
