@@ -4,7 +4,10 @@ come first served passes, a later request granted first is an overtake, a
 fault of the waiter's broker excuses it, a long wait while others got the
 name for moments is starvation. Belief (check_belief): a LOCKS listing
 that leaves out a hold its client was never told of is a violation; one
-after an ERR NOTHELD to the holder's own EXTEND is not. Python 3 stdlib:
+after an ERR NOTHELD to the holder's own EXTEND is not. Put back
+(check_put_back): a hold told stolen after its shard's stale takeover is
+a violation; one released, told expired, of another shard, or whose token
+was released elsewhere is not. Python 3 stdlib:
 python3 tests/chaos/test_checkers.py"""
 
 import os
@@ -187,6 +190,52 @@ class Belief(unittest.TestCase):
         self.assertEqual(checkers.told_lost(g),
                          (g["t_notheld"], "EXTEND answered NOTHELD"))
         self.assertEqual(checkers.hold_end(g, 100.0), g["t_notheld"])
+
+
+class PutBack(unittest.TestCase):
+    """check_put_back: a hold a stale takeover of its shard lost is put
+    back, not told stolen."""
+
+    fault = {"n": 1, "kind": "stale_takeover", "t_start": 20.0,
+             "t_heal": 23.0, "names": ["hot"]}
+
+    def lost(self, g, t, reason):
+        g.update(t_lost=t, lost_reason=reason)
+        del g["t_release_sent"], g["release_reply"], g["t_release_reply"]
+        return g
+
+    def judge(self, grants, ops=()):
+        ctx = checkers.Context(grants, list(ops), [self.fault], 100.0)
+        return checkers.check_put_back(grants, ctx)
+
+    def test_told_stolen_after_the_takeover(self):
+        g = self.lost(grant("w0c0", 0, 19.0, 19.001, 1, 5), 22.5, "stolen")
+        r = self.judge([g])
+        self.assertEqual(len(r["violations"]), 1)
+        self.assertIn("told stolen", r["violations"][0])
+
+    def test_put_back_and_released(self):
+        r = self.judge([grant("w0c0", 0, 19.0, 19.001, 1, 5)])
+        self.assertEqual((r["violations"], r["judged"]), ([], 1))
+
+    def test_lost_otherwise_or_elsewhere(self):
+        # Told expired, a name of another shard, or its token released
+        # through another connection (its broker may be told so).
+        g1 = self.lost(grant("w0c0", 0, 19.0, 19.001, 1, 5), 21.0,
+                       "expired")
+        g2 = self.lost(grant("w1c0", 0, 19.0, 19.001, 2, 5), 22.5, "stolen")
+        g2["name"] = "cold1"
+        g3 = self.lost(grant("w2c0", 0, 19.0, 19.001, 3, 5), 22.5, "stolen")
+        op = {"type": "op", "op": "release", "via": "other", "broker": 1,
+              "token": g3["token"], "t_sent": 20.5, "reply": "OK"}
+        self.assertEqual(self.judge([g1, g2, g3], [op])["violations"], [])
+
+
+class ClusterLogs(unittest.TestCase):
+    def test_lines_are_violations(self):
+        r = checkers.check_cluster_logs([("b0", "x non local key y")])
+        self.assertEqual(r["violations"], ["b0: x non local key y"])
+        self.assertEqual(checkers.check_cluster_logs([])["violations"], [])
 
 
 if __name__ == "__main__":
