@@ -37,10 +37,11 @@ class NewsBeforeAnswer(TruthBase):
         other = self.start_broker(self.conf, name="other")
         for i in range(3):
             a, z = self.client(), self.client(other)
-            woke = self.stall_redis(0.3)
+            woke = self.stall_redis(None)
             self.send_into_stall(a, "ACQUIRE x%d TTL 60000 TOKEN T%d" %
                                  (i, i))
-            z.send("RELEASE x%d TOKEN T%d" % (i, i))
+            self.send_into_stall(z, "RELEASE x%d TOKEN T%d" % (i, i),
+                                 broker=other)
             woke()
             self.assertGreater(fence_of(a.line()), 0)
             self.assertEqual(z.line(), "OK")
@@ -69,7 +70,7 @@ class SameTokenBookkeeping(TruthBase):
         released, not left for its whole lease."""
         a, c = self.client(), self.client()
         f1 = fence_of(a.cmd("ACQUIRE x TTL 60000 TOKEN T"))
-        woke = self.stall_redis(0.3)
+        woke = self.stall_redis(None)
         self.send_into_stall(a, "ACQUIRE x TTL 60000 TOKEN T")
         a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                           struct.pack("ii", 1, 0))

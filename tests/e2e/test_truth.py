@@ -13,6 +13,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -97,7 +98,20 @@ class TruthBase(BrokerTest):
     def stall_redis(self, seconds):
         """DEBUG SLEEP on a raw socket, without waiting for its reply:
         Redis runs nothing else meanwhile. Returns a function that waits
-        for the sleep to end."""
+        for the sleep to end. With seconds None, Redis is stopped
+        (SIGSTOP) until that function is called: for a test that must see
+        a request arrive in the stall, however long the machine's load
+        makes the broker take to send it."""
+        if seconds is None:
+            os.kill(self.redis.proc.pid, signal.SIGSTOP)
+            state = {"done": False}
+
+            def resume():
+                if not state["done"]:
+                    state["done"] = True
+                    os.kill(self.redis.proc.pid, signal.SIGCONT)
+            self.addCleanup(resume)
+            return resume
         r, probe = Resp(self.redis.port), Resp(self.redis.port)
         for c in (r, probe):
             c.sock.settimeout(30 * SLOW)
@@ -121,10 +135,11 @@ class TruthBase(BrokerTest):
         self.addCleanup(wait)
         return wait
 
-    def send_into_stall(self, c, line):
-        """Send line on c, and wait until the broker's request has reached
-        the stalled Redis (unread in its socket there)."""
-        ports = redis_conn_ports(self.broker, self.redis.port)
+    def send_into_stall(self, c, line, broker=None):
+        """Send line on c, and wait until the broker's (c's: self.broker
+        unless said) request has reached the stalled Redis (unread in its
+        socket there)."""
+        ports = redis_conn_ports(broker or self.broker, self.redis.port)
 
         def unread():
             return sum(tcp_unread(self.redis.port, p) for p in ports)
