@@ -57,14 +57,26 @@ lock_released(const char *name, const struct lockdb_reply *r, uint64_t sent_ms)
 		lockq_kick(ln);
 }
 
+/*
+ * A name's keys are "<prefix>{<name>}...", whose hash tag is the name up
+ * to its first "}": one beginning with "}" has an empty tag, so on a
+ * Redis Cluster each of its keys (and its marker) would hash on its own,
+ * to slots Redis refuses together (CROSSSLOT).
+ */
 static bool
 lock_check_name(const char *name, struct lock_result *res)
 {
-	if (proto_valid_name(name))
-		return true;
-	lockreq_set_err(
-	    res, PERR_NAME, "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
-	return false;
+	if (!proto_valid_name(name)) {
+		lockreq_set_err(res, PERR_NAME,
+		    "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
+		return false;
+	}
+	if (name[0] == '}' && lockdb_scoped()) {
+		lockreq_set_err(res, PERR_NAME,
+		    "on a Redis Cluster a name may not begin with \"}\"");
+		return false;
+	}
+	return true;
 }
 
 static bool

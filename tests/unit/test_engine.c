@@ -2888,6 +2888,27 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* On a cluster a name beginning with "}" would have an empty hash tag,
+ * its keys in slots Redis refuses together: refused before Redis. On one
+ * Redis it is a name like another. */
+START_TEST(test_brace_name_on_a_cluster)
+{
+	struct lock_acquire_args a = args(0, 0);
+
+	fake_set_scoped(true);
+	ck_assert_int_eq(acquire(1, "}x", &a), -1);
+	ck_assert_str_eq(told_take(),
+	    "1 ERR NAME on a Redis Cluster a name may not begin with \"}\"");
+	ck_assert_uint_eq(fake_count(), 0);
+	ck_assert_int_eq(acquire(1, "x}", &a), 0);
+	fake_grant(expect(FAKE_ACQUIRE, "x}"), 3);
+	ck_assert_str_eq(told_take(), "1 OK fence=3 ttl=10000");
+	fake_set_scoped(false);
+	ck_assert_int_eq(acquire(1, "}y", &a), 0);
+	ck_assert_uint_eq(fake_count(), 1);
+}
+END_TEST
+
 static const struct {
 	const char *name;
 	struct lock_acquire_args a;
@@ -3419,6 +3440,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_new_incarnation_trier_busy);
 	tcase_add_test(tc, test_try_once_asks_again_after_a_new_incarnation);
 	tcase_add_test(tc, test_take_refused_by_the_gate_takes_again);
+	tcase_add_test(tc, test_brace_name_on_a_cluster);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 	tcase_add_test(tc, test_holds_confirmed);
 	tcase_add_test(tc, test_clock_step_confirms_every_hold);
