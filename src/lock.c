@@ -57,37 +57,6 @@ lock_released(const char *name, const struct lockdb_reply *r, uint64_t sent_ms)
 		lockq_kick(ln);
 }
 
-/*
- * A name's keys are "<prefix>{<name>}...", whose hash tag is the name up
- * to its first "}": one beginning with "}" has an empty tag, so on a
- * Redis Cluster each of its keys (and its marker) would hash on its own,
- * to slots Redis refuses together (CROSSSLOT).
- */
-static bool
-lock_check_name(const char *name, struct lock_result *res)
-{
-	if (!proto_valid_name(name)) {
-		lockreq_set_err(res, PERR_NAME,
-		    "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
-		return false;
-	}
-	if (name[0] == '}' && lockdb_scoped()) {
-		lockreq_set_err(res, PERR_NAME,
-		    "on a Redis Cluster a name may not begin with \"}\"");
-		return false;
-	}
-	return true;
-}
-
-static bool
-lock_check_token(const char *token, struct lock_result *res)
-{
-	if (token == NULL || proto_valid_token(token))
-		return true;
-	lockreq_set_err(res, PERR_ARGS, "a token is 1-64 of A-Z a-z 0-9 _ . -");
-	return false;
-}
-
 static bool
 lock_check_ttl(uint64_t ttl_ms, struct lock_result *res)
 {
@@ -120,7 +89,8 @@ lock_acquire_ok(struct lock_owner *o, const char *name,
 		lockreq_set_err(res, PERR_UNAVAILABLE, lockdb_refusal());
 		return false;
 	}
-	if (!lock_check_name(name, res) || !lock_check_token(a->token, res))
+	if (!lockreq_check_name(name, res) ||
+	    !lockreq_check_token(a->token, res))
 		return false;
 	if (a->ttl_ms != 0 && !lock_check_ttl(a->ttl_ms, res))
 		return false;
@@ -276,7 +246,7 @@ lock_token_for(struct lock_owner *o, const char *name, const char *token,
 {
 	struct lock_hold *h;
 
-	if (!lock_check_name(name, res) || !lock_check_token(token, res))
+	if (!lockreq_check_name(name, res) || !lockreq_check_token(token, res))
 		return NULL;
 	if (token != NULL)
 		return token;
@@ -460,7 +430,7 @@ lock_status(struct lock_owner *o, const char *name, struct lock_result *res)
 {
 	struct lock_req *req;
 
-	if (!lock_check_name(name, res))
+	if (!lockreq_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_STATUS, o, name, NULL);
 	lockreq_send(req);
@@ -474,7 +444,7 @@ lock_validate(struct lock_owner *o, const char *name, uint64_t fence,
 {
 	struct lock_req *req;
 
-	if (!lock_check_name(name, res) || !lock_check_token(token, res))
+	if (!lockreq_check_name(name, res) || !lockreq_check_token(token, res))
 		return -1;
 	req = lockreq_new(OP_VALIDATE, o, name, token);
 	lockreq_set_fence(req, fence);
@@ -504,7 +474,7 @@ lock_who(struct lock_owner *o, const char *name, struct lock_result *res)
 {
 	struct lock_req *req;
 
-	if (!lock_check_name(name, res))
+	if (!lockreq_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_WHO, o, name, NULL);
 	lockreq_send(req);
@@ -538,7 +508,7 @@ lock_revoke(struct lock_owner *o, const char *name, struct lock_result *res)
 {
 	struct lock_req *req;
 
-	if (!lock_check_name(name, res))
+	if (!lockreq_check_name(name, res))
 		return -1;
 	req = lockreq_new(OP_REVOKE, o, name, NULL);
 	lockreq_send(req);

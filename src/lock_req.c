@@ -1,6 +1,7 @@
 /*
  * lock_req: the lock engine's request records, what the scripts are asked
- * for each, and answering a request's owner exactly once.
+ * for each, answering a request's owner exactly once, and the names and
+ * tokens a request may carry.
  */
 #include <sys/queue.h>
 
@@ -14,10 +15,12 @@
 #include <event2/event.h>
 
 #include "lock_name.h"
+#include "lockdb.h"
 #include "lock_req.h"
 #include "lock_release.h"
 #include "lock_timer.h"
 #include "log.h"
+#include "proto.h"
 #include "stats.h"
 #include "util.h"
 #include "xmalloc.h"
@@ -568,4 +571,35 @@ const char *
 lockreq_broker(void)
 {
 	return broker;
+}
+
+/*
+ * A name's keys are "<prefix>{<name>}...", whose hash tag is the name up
+ * to its first "}": one beginning with "}" has an empty tag, so on a
+ * Redis Cluster each of its keys (and its marker) would hash on its own,
+ * to slots Redis refuses together (CROSSSLOT).
+ */
+bool
+lockreq_check_name(const char *name, struct lock_result *res)
+{
+	if (!proto_valid_name(name)) {
+		lockreq_set_err(res, PERR_NAME,
+		    "a name is 1-200 bytes of 0x21-0x7E or 0x80-0xFF");
+		return false;
+	}
+	if (name[0] == '}' && lockdb_scoped()) {
+		lockreq_set_err(res, PERR_NAME,
+		    "on a Redis Cluster a name may not begin with \"}\"");
+		return false;
+	}
+	return true;
+}
+
+bool
+lockreq_check_token(const char *token, struct lock_result *res)
+{
+	if (token == NULL || proto_valid_token(token))
+		return true;
+	lockreq_set_err(res, PERR_ARGS, "a token is 1-64 of A-Z a-z 0-9 _ . -");
+	return false;
 }

@@ -232,6 +232,10 @@ void lockreq_answer(struct lock_req *req, const struct lock_result *res);
 void lockreq_answer_status(struct lock_req *req, enum lock_status st);
 void lockreq_set_err(
     struct lock_result *res, enum proto_err err, const char *text);
+/* A name, or a client's token (NULL: none), as the protocol allows them;
+ * false with res's error set if not. */
+bool lockreq_check_name(const char *name, struct lock_result *res);
+bool lockreq_check_token(const char *token, struct lock_result *res);
 void lockreq_answer_err(
     struct lock_req *req, enum proto_err err, const char *text);
 /* UNAVAILABLE and INTERNAL replies, the same for every request. */
