@@ -93,21 +93,26 @@ lockgrant_granted(struct lock_req *req, uint64_t fence)
 /*
  * A grant whose answer came after its validity (docs/protocol.md §3,
  * counted from before the try was sent) had ended is worth nothing: an OK now
- * would hand the client a lock anyone may take at any moment. It goes back
- * to Redis and the try counts as refused.
+ * would hand the client a lock anyone may take at any moment. So is one
+ * answered redis.trust_ms after it was asked: what vouched for its
+ * incarnation is that old (a master frozen with the request in its
+ * socket may have been replaced meanwhile). It goes back to Redis and the
+ * try counts as refused.
  */
 bool
 lockgrant_late(struct lock_req *req, uint64_t fence)
 {
 	uint64_t end = util_validity_end(
 	    req->start_ms, req->ttl_ms, g.cf->locks.clock_drift);
-	uint64_t now = mono_ms();
+	uint64_t now = mono_ms(), trust = (uint64_t)g.cf->redis.trust_ms;
 
-	if (end > now || chaos_fault == CHAOS_NO_VALIDITY)
+	if ((end > now && req->start_ms + trust > now) ||
+	    chaos_fault == CHAOS_NO_VALIDITY)
 		return false;
 	STAT_INC(late_grants_total);
 	log_warnx("lock %s: granted %" PRIu64
-		  " ms after asking, past its %" PRIu64 " ms lease; given back",
+		  " ms after asking, past its %" PRIu64
+		  " ms lease or redis.trust_ms; given back",
 	    req->ln->name, now - req->start_ms, req->ttl_ms);
 	if (!lockq_token_used(req->ln, req->token, req))
 		lockrel_release(req->ln->name, req->token, fence, false, end);

@@ -1641,6 +1641,30 @@ START_TEST(test_late_grant_try_once)
 }
 END_TEST
 
+/* A grant answered more than redis.trust_ms after it was asked is of an
+ * incarnation the broker can no longer vouch for (a master frozen with
+ * the request in its socket, resumed after its replacement): given back,
+ * even with its lease still running, not OK and then EVENT LOST. */
+START_TEST(test_grant_answered_after_trust_is_late)
+{
+	struct lock_acquire_args a = args(60000, 0);
+	struct fake_call *c;
+
+	cf.redis.trust_ms = 300;
+	fake_incarnation(true, true, 0, mono_ms());
+	ck_assert_int_eq(acquire(1, "a", &a), 0);
+	c = expect(FAKE_ACQUIRE, "a");
+	run_ms(300);
+	fake_grant(c, 4);
+	ck_assert_str_eq(told_take(),
+	    "1 ERR UNAVAILABLE the grant came after "
+	    "its lease ended; Redis is slow");
+	c = expect(FAKE_RELEASE, "a");
+	ck_assert_uint_eq(c->fence, 4);
+	ck_assert_ptr_null(hold_of(1, "a"));
+}
+END_TEST
+
 /* A waiter's late grant is given back and it tries again at once. */
 START_TEST(test_late_grant_waiter)
 {
@@ -3441,6 +3465,7 @@ engine_suite(void)
 	tcase_add_test(tc, test_try_once_asks_again_after_a_new_incarnation);
 	tcase_add_test(tc, test_take_refused_by_the_gate_takes_again);
 	tcase_add_test(tc, test_brace_name_on_a_cluster);
+	tcase_add_test(tc, test_grant_answered_after_trust_is_late);
 	tcase_add_test(tc, test_grant_from_before_new_incarnation);
 	tcase_add_test(tc, test_holds_confirmed);
 	tcase_add_test(tc, test_clock_step_confirms_every_hold);
