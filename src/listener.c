@@ -160,11 +160,14 @@ listener_unlink_stale(const char *path)
 	return unlink(path);
 }
 
-/* The socket to group ("" = leave it the daemon's). */
+/* The socket to group ("" = leave it the daemon's). One made with it
+ * already (the daemon runs with that group, as under the unit with
+ * Group=) is left alone: the unit's sandbox refuses chown(2). */
 static int
 listener_chgrp(const char *path, const char *group)
 {
 	struct group *gr;
+	struct stat st;
 
 	if (group[0] == '\0')
 		return 0;
@@ -172,6 +175,8 @@ listener_chgrp(const char *path, const char *group)
 		errno = ENOENT;
 		return -1;
 	}
+	if (stat(path, &st) == 0 && st.st_gid == gr->gr_gid)
+		return 0;
 	return chown(path, (uid_t)-1, gr->gr_gid);
 }
 
