@@ -259,8 +259,8 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 	/* TCP only: on a Unix socket it fails and marks the context bad. */
 	if (!redisc_on_unix(conn))
 		redisEnableKeepAlive((redisContext *)&ac->c);
-	log_debug("redis %s: socket connected to %s; setting it up",
-	    conn->what, redisc_where(conn, where, sizeof where));
+	log_debug("redis %s: socket connected to %s; setting it up", conn->what,
+	    redisc_where(conn, where, sizeof where));
 	if (conn->setup_left == 0)
 		redisc_conn_ready(conn);
 }
