@@ -120,13 +120,10 @@ static void
 lockdb_inc_learned(
     int scope, const char *id, bool made, bool first, uint64_t grace_ms)
 {
-	static struct {
-		bool said;
-		uint64_t said_ms;
-		unsigned unsaid;
-	} node[REDISC_NODES_MAX];
+	static struct util_every node[REDISC_NODES_MAX];
 	int n = lockdb_ask_node(scope);
-	uint64_t now = mono_ms();
+	unsigned unsaid = 0;
+	uint64_t ago_ms = 0;
 	char what[32], more[96] = "";
 
 	if (!made && grace_ms == 0) {
@@ -144,19 +141,15 @@ lockdb_inc_learned(
 		    what, id, grace_ms);
 		return;
 	}
-	if (redisc_cluster() && node[n].said &&
-	    now < node[n].said_ms + LOCKDB_BUSY_LOG_MS) {
-		node[n].unsaid++;
+	if (redisc_cluster() &&
+	    !util_every(
+		&node[n], mono_ms(), LOCKDB_BUSY_LOG_MS, &unsaid, &ago_ms))
 		return;
-	}
-	if (node[n].unsaid > 0)
+	if (unsaid > 0)
 		snprintf(more, sizeof more,
 		    " (and %u more slots of its master since %" PRIu64
 		    " s ago)",
-		    node[n].unsaid, (now - node[n].said_ms) / 1000);
-	node[n].said = true;
-	node[n].said_ms = now;
-	node[n].unsaid = 0;
+		    unsaid, ago_ms / 1000);
 	lockdb_scope_name(scope, what, sizeof what);
 	log_warnx(
 	    "redis: %s lock data%s (incarnation %s): no grant for %" PRIu64

@@ -261,30 +261,22 @@ lockdb_parse(enum lockdb_op op, const redisReply *r, struct lockdb_reply *out)
 static bool
 lockdb_log_busy(const struct lockdb_req *req, const char *err)
 {
-	static struct {
-		bool said;
-		uint64_t said_ms;
-		unsigned unsaid;
-	} busy[LOCKDB_NBUSY];
+	static struct util_every busy[LOCKDB_NBUSY];
 	int i = lockdb_busy_index(err);
-	uint64_t now = mono_ms();
+	unsigned unsaid;
+	uint64_t ago_ms;
 
 	if (i < 0)
 		return false;
-	if (busy[i].said && now < busy[i].said_ms + LOCKDB_BUSY_LOG_MS) {
-		busy[i].unsaid++;
+	if (!util_every(
+		&busy[i], mono_ms(), LOCKDB_BUSY_LOG_MS, &unsaid, &ago_ms))
 		return true;
-	}
-	if (busy[i].unsaid > 0)
+	if (unsaid > 0)
 		log_warnx("redis: lock %s: %s (and %u more since %" PRIu64
 			  " s ago)",
-		    req->name, err, busy[i].unsaid,
-		    (now - busy[i].said_ms) / 1000);
+		    req->name, err, unsaid, ago_ms / 1000);
 	else
 		log_warnx("redis: lock %s: %s", req->name, err);
-	busy[i].said = true;
-	busy[i].said_ms = now;
-	busy[i].unsaid = 0;
 	return true;
 }
 

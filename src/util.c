@@ -174,3 +174,19 @@ util_timeval(uint64_t ms)
 
 	return tv;
 }
+
+bool
+util_every(struct util_every *e, uint64_t now, uint64_t period_ms,
+    unsigned *unsaid, uint64_t *ago_ms)
+{
+	if (e->said && now < e->said_ms + period_ms) {
+		e->unsaid++;
+		return false;
+	}
+	*unsaid = e->unsaid;
+	*ago_ms = e->said ? now - e->said_ms : 0;
+	e->said = true;
+	e->said_ms = now;
+	e->unsaid = 0;
+	return true;
+}

@@ -58,4 +58,20 @@ bool util_secret_equal(const char *given, const char *secret);
  */
 char *util_read_secret(const char *path);
 
+/* A log line said at most once a period, the others counted. */
+struct util_every {
+	bool said;
+	uint64_t said_ms;
+	unsigned unsaid;
+};
+
+/*
+ * Whether the line may be said at now: the first, or one period_ms after
+ * the last said; if not, it is counted and false returned. On true,
+ * *unsaid is how many were held back since the last one said and *ago_ms
+ * how long ago that was (both 0 for the first).
+ */
+bool util_every(struct util_every *e, uint64_t now, uint64_t period_ms,
+    unsigned *unsaid, uint64_t *ago_ms);
+
 #endif

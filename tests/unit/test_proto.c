@@ -295,6 +295,28 @@ START_TEST(test_random_range)
 }
 END_TEST
 
+/* A line said once, then at most once a period, with the count held
+ * back and how long ago the last was said. */
+START_TEST(test_util_every)
+{
+	struct util_every e = { 0 };
+	unsigned unsaid = 9;
+	uint64_t ago = 9;
+
+	ck_assert(util_every(&e, 1000, 100, &unsaid, &ago));
+	ck_assert_uint_eq(unsaid, 0);
+	ck_assert_uint_eq(ago, 0);
+	ck_assert(!util_every(&e, 1050, 100, &unsaid, &ago));
+	ck_assert(!util_every(&e, 1099, 100, &unsaid, &ago));
+	ck_assert(util_every(&e, 1100, 100, &unsaid, &ago));
+	ck_assert_uint_eq(unsaid, 2);
+	ck_assert_uint_eq(ago, 100);
+	ck_assert(util_every(&e, 1300, 100, &unsaid, &ago));
+	ck_assert_uint_eq(unsaid, 0);
+	ck_assert_uint_eq(ago, 200);
+}
+END_TEST
+
 START_TEST(test_secret_equal)
 {
 	ck_assert(util_secret_equal("hunter2", "hunter2"));
@@ -372,6 +394,7 @@ proto_suite(void)
 	tcase_add_test(tc, test_validity_end);
 	tcase_add_test(tc, test_random_range);
 	tcase_add_test(tc, test_secret_equal);
+	tcase_add_test(tc, test_util_every);
 	tcase_add_test(tc, test_secret_equal_constant_time);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
