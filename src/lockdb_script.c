@@ -129,7 +129,7 @@ lockdb_send(enum lockdb_op op, struct lockdb_script *script, const char *name,
 		lockdb.beats = 3; /* with INFO memory: the policy may be new */
 		lockdb_incarnation();
 	}
-	lockdb_inc_before(lockdb_scope_of(name));
+	lockdb_inc_before(req->scope);
 	for (int i = 0; i < nkeys; i++) {
 		lens[n] =
 		    lockdb_key(name, script->keys[i], key[i], sizeof key[i]);
