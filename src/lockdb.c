@@ -162,6 +162,10 @@ lockdb_lag(struct lockdb_node *n, bool cluster)
 
 		if (lag == 0 || t < lag)
 			lag = t;
+		/* Silent longer than that, it may have been replaced. */
+		redisc_node_quiet((int)(n - lockdb.node),
+		    n->node_timeout_ms > 0 ? n->node_timeout_ms
+					   : LOCKDB_NODE_TIMEOUT_MS);
 	}
 	n->lag_ms = lag;
 	snprintf(

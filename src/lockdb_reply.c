@@ -303,7 +303,9 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 	struct lockdb_reply out = { .status = LDB_UNAVAILABLE };
 
 	/* Not sent, or the connection went: say so, not "in time". */
-	if (r == NULL && !redisc_up())
+	if (r == NULL && redisc_deposed())
+		out.why = "the Redis master was replaced while it was silent";
+	else if (r == NULL && !redisc_up())
 		out.why = "no connection to Redis (reconnecting)";
 	out.not_run = r == NULL && redisc_unsent();
 	if (r != NULL && r->type == REDIS_REPLY_ERROR) {

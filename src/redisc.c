@@ -263,11 +263,19 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 
 		conn->last_reply_ms = now / 1000;
 		stats_observe(HIST_redis_rtt_seconds, now - req->sent_us);
+		if (redisc_doubt_heard(conn->node, req, reply))
+			return; /* held (redisc_doubt.c) */
 	}
 	if (req->answered) {
 		redisc_req_free(req);
 		return;
 	}
+	redisc_reply_use(req, reply);
+}
+
+void
+redisc_reply_use(struct redisc_req *req, const redisReply *reply)
+{
 	if (rc.cluster && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
 	    redisc_cluster_redirect(req, reply))
 		return;

@@ -74,6 +74,10 @@ bool redisc_node_used(int node);
 bool redisc_node_up(int node);
 /* Its "host:port", for logs. */
 const char *redisc_node_name(int node, char *buf, size_t len);
+/* A cluster's node heard from again after a silence longer than ms (its
+ * cluster-node-timeout) may have been replaced meanwhile: its replies
+ * are held until another node's map says (redisc_doubt.c). */
+void redisc_node_quiet(int node, uint64_t ms);
 /* A node in use, for INFO and /metrics: false if it is not. */
 struct redisc_node_stats {
 	char addr[280];
@@ -105,6 +109,9 @@ bool redisc_idle(void);
  * or its connection was lost with it in flight).
  */
 bool redisc_unsent(void);
+/* While a request is answered NULL because the cluster master that ran it
+ * had been replaced while it was silent (redisc_doubt.c): true. */
+bool redisc_deposed(void);
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);
 /* A script that declares no keys, to the node that serves a slot (on

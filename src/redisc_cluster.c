@@ -36,6 +36,7 @@
 
 static void redisc_map_ask(int node);
 static void redisc_map_ev_cb(evutil_socket_t fd, short what, void *arg);
+static void redisc_map_later(void);
 
 /* "host:port" or "[v6]:port" (the config checked it) into its parts. */
 void
@@ -102,6 +103,7 @@ redisc_node_at(const char *host, int port)
 	redisc_conn_init(
 	    &node->conn, "command", redisc_cmd_setup, redisc_target_node);
 	node->conn.node = rc.nnodes++;
+	redisc_doubt_init(node);
 	if (rc.base_ready)
 		redisc_conn_open(&node->conn);
 	return node->conn.node;
@@ -134,6 +136,7 @@ redisc_cluster_init(void)
 		redisc_conn_init(&rc.node[0].conn, "command", redisc_cmd_setup,
 		    redisc_target_master);
 		rc.node[0].conn.node = 0;
+		redisc_doubt_init(&rc.node[0]);
 		rc.nnodes = 1;
 		return;
 	}
@@ -154,6 +157,7 @@ redisc_cluster_stop(void)
 
 	for (int i = 0; i < rc.nnodes; i++)
 		redisc_conn_close(&rc.node[i].conn);
+	redisc_doubt_stop();
 	rc.retry = NULL;
 	for (; req != NULL; req = next) {
 		next = req->retry_next;
@@ -327,15 +331,21 @@ redisc_map_use(const redisReply *r, bool shards)
 	}
 }
 
-/* The map's answer: CLUSTER SHARDS's (arg 1) or CLUSTER SLOTS's (0). */
+/* The map's answer: CLUSTER SHARDS's (arg's low bit 1) or CLUSTER
+ * SLOTS's (0); the rest of arg is which map it is (one forgotten is
+ * ignored). */
 static void
 redisc_map_cb(const redisReply *r, void *arg)
 {
-	bool shards = arg != NULL;
+	bool shards = ((uintptr_t)arg & 1) != 0;
 
-	rc.mapping = false;
-	if (r == NULL)
+	if ((unsigned)((uintptr_t)arg >> 1) != rc.map_seq)
 		return;
+	rc.mapping = false;
+	if (r == NULL) {
+		redisc_map_later();
+		return;
+	}
 	if (r->type == REDIS_REPLY_ERROR && shards &&
 	    strncmp(r->str, "ERR unknown subcommand", 22) == 0) {
 		rc.shards_unknown = true; /* an older Redis */
@@ -343,6 +353,7 @@ redisc_map_cb(const redisReply *r, void *arg)
 		return;
 	}
 	if (r->type != REDIS_REPLY_ARRAY) {
+		redisc_map_later();
 		log_warnx(
 		    "redis cluster: CLUSTER %s: %s (the broker's Redis user needs +cluster|shards and +cluster|slots)",
 		    shards ? "SHARDS" : "SLOTS",
@@ -350,6 +361,7 @@ redisc_map_cb(const redisReply *r, void *arg)
 		return;
 	}
 	redisc_map_use(r, shards);
+	redisc_doubt_mapped(rc.map_node, rc.mapped_ms);
 }
 
 /* Ask node for the map, at most every REDISC_MAP_MIN_MS (later if it
@@ -386,21 +398,65 @@ redisc_map_ask(int node)
 	rc.mapping = true;
 	rc.mapped_ms = now;
 	rc.map_node = node;
-	req = redisc_req_new(
-	    2, argv, lens, redisc_map_cb, rc.shards_unknown ? NULL : (void *)1);
+	rc.map_seq++;
+	req = redisc_req_new(2, argv, lens, redisc_map_cb,
+	    (void *)(((uintptr_t)rc.map_seq << 1) | !rc.shards_unknown));
 	req->node = node;
 	redisc_submit(req);
 }
 
-/* The map, asked of any node that is up. */
+/* The map, asked of any node that is up (one not in doubt while one
+ * is). */
 static void
 redisc_map_ev_cb(evutil_socket_t fd, short what, void *arg)
 {
+	for (int i = 0; i < rc.nnodes; i++)
+		if (redisc_doubted(i)) {
+			redisc_map_ask_other(i);
+			return;
+		}
 	for (int i = 0; i < rc.nnodes; i++)
 		if (rc.node[i].conn.up) {
 			redisc_map_ask(i);
 			return;
 		}
+}
+
+/* The map asked for again soon: the last ask failed. */
+static void
+redisc_map_later(void)
+{
+	struct timeval tv = util_timeval(REDISC_MAP_PARTIAL_MS);
+
+	if (!evtimer_pending(rc.map_ev, NULL))
+		evtimer_add(rc.map_ev, &tv);
+}
+
+void
+redisc_map_forget(int node)
+{
+	if (rc.mapping && rc.map_node == node) {
+		rc.mapping = false;
+		rc.map_seq++;
+	}
+}
+
+/* Not held back by REDISC_MAP_MIN_MS: replies wait for it, and a node
+ * is in doubt at most once a silence. */
+void
+redisc_map_ask_other(int node)
+{
+	int other = redisc_doubt_asker(node);
+
+	if (other < 0) {
+		redisc_map_later();
+		return;
+	}
+	if (!rc.mapping) {
+		evtimer_del(rc.map_ev);
+		rc.mapped_ms = 0;
+	}
+	redisc_map_ask(other);
 }
 
 void

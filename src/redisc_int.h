@@ -91,6 +91,11 @@ struct redisc_node {
 	bool in_map; /* a cluster's: serves slots in the last map */
 	/* For INFO and /metrics (redisc_node_stats). */
 	uint64_t requests, timeouts, redirects;
+	/* A cluster's (redisc_doubt.c): its last reply to a request, how long
+	 * a silence puts it in doubt (0: never), since when it is (0: not),
+	 * and the replies held meanwhile. */
+	uint64_t heard_ms, quiet_ms, doubt_ms;
+	struct redisc_held *held, **held_tail;
 };
 
 /* How often an outage's same failure is logged again. */
@@ -111,6 +116,7 @@ struct redisc_state {
 	int served;	 /* slots served in the last map */
 	int map_node;	 /* the node the map was last asked of */
 	uint64_t mapped_ms;	  /* when the last one was sent */
+	unsigned map_seq;	  /* which one is awaited (others are stale) */
 	struct event *map_ev;	  /* ask for the map again (redisc_cluster.c) */
 	struct redisc_req *retry; /* answered TRYAGAIN: sent again soon */
 	struct event *retry_ev;
@@ -130,6 +136,9 @@ struct redisc_state {
 	 * while one is answered (redisc_unsent). */
 	struct redisc_req *failed, **failed_tail;
 	bool unsent;
+	/* While one held is answered as unknown: its master was replaced
+	 * (redisc_deposed). */
+	bool deposed;
 	struct event *failed_ev;
 	TAILQ_HEAD(, redisc_req) inflight;
 	struct redisc_req *pool; /* freed requests to reuse */
@@ -190,6 +199,28 @@ int redisc_target_sentinel(
 /* redisc.c: send a request again where its slot is now (a TRYAGAIN's
  * retry, a redirect); failed from the loop if it cannot be. */
 void redisc_resend(struct redisc_req *req);
+
+/* redisc.c: a request's reply used (a redirect followed, NOSCRIPT sent
+ * again, or answered and freed); NULL: unknown. */
+void redisc_reply_use(struct redisc_req *req, const redisReply *reply);
+
+/* redisc_doubt.c: a reply to req came from node; true if it is held
+ * because the node is in doubt (it may have been replaced). */
+bool redisc_doubt_heard(int node, struct redisc_req *req, const redisReply *r);
+/* redisc_doubt.c: a map asked of node asked at asked_ms is in use: the
+ * nodes in doubt since before then, other than asked, are settled. */
+void redisc_doubt_mapped(int asked, uint64_t asked_ms);
+/* redisc_doubt.c: the node to ask for a map vouching for node (-1:
+ * none up), whether a node is in doubt, a node's list set up, and what
+ * is held answered as unknown at stop. */
+int redisc_doubt_asker(int node);
+bool redisc_doubted(int node);
+void redisc_doubt_init(struct redisc_node *n);
+void redisc_doubt_stop(void);
+/* redisc_cluster.c: a map asked of node and not answered yet will not be
+ * used; the map asked of a node other than node. */
+void redisc_map_forget(int node);
+void redisc_map_ask_other(int node);
 
 /* redisc_cluster.c: "host:port" or "[v6]:port" (a redis.sentinels or
  * redis.cluster entry, checked by the config) into its parts. */

@@ -54,6 +54,12 @@
 	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
 	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
 	X(redis_connects_total, COUNTER, "successful Redis connections")       \
+	X(redis_doubts_total, COUNTER,                                         \
+	    "times a cluster master answered after a silence longer than its " \
+	    "cluster-node-timeout (its replies held until another vouched)")   \
+	X(redis_deposed_total, COUNTER,                                        \
+	    "replies given up as unknown: their master had been replaced "     \
+	    "while it was silent")                                             \
 	X(redis_evicted_keys, GAUGE,                                           \
 	    "Redis's evicted_keys (INFO stats) at the last beat: any rise is " \
 	    "lock data lost")                                                  \

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 
 from lbcluster import Cluster, lock_key, slot_of_name, slot_tag
@@ -25,7 +26,7 @@ NODE_TIMEOUT_MS = 1000
 TRUST_MS = 4000 if WRAPPER else 1000
 CONF = {"redis": {"trust_ms": TRUST_MS, "clock_step_ms": 100,
                   "command_timeout_ms": 2000},
-        "log": {"level": "info"}}
+        "log": {"level": os.environ.get("LBLOG", "info")}}
 ADMIN = "cluster-admin-secret"
 GRACE_S = (TRUST_MS * 1.02 + 100 + NODE_TIMEOUT_MS + 1000) / 1000
 
@@ -64,10 +65,12 @@ class ClusterTest(unittest.TestCase):
             self.assertNotIn("non local key", b.logtext())
         self.assertNotIn("non local key", self.cluster.logs())
 
-    def broker(self, name="broker", seed=None):
-        """A broker that knows the cluster by one seed node (a master)."""
+    def broker(self, name="broker", seed=None, redis=None):
+        """A broker that knows the cluster by one seed node (a master),
+        with redis's settings over CONF's."""
         seed = seed or self.cluster.masters()[0]
         conf = {g: dict(k) for g, k in CONF.items()}
+        conf["redis"].update(redis or {})
         conf["redis"]["cluster"] = ["127.0.0.1:%d" % seed]
         conf["auth"] = {"admin_secret": ADMIN}
         b = Broker(self.tmpdir, seed, conf, name=name)
@@ -450,6 +453,62 @@ class Failover(ClusterTest):
         for n in set(fences) - held:  # free once told and its grace over
             wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith(
                 "OK "), 3 * GRACE_S, "%s granted after the loss" % n)
+
+
+class FrozenMaster(ClusterTest):
+    def test_a_resumed_master_does_not_grant_behind_its_successor(self):
+        """A master stopped (SIGSTOP) past cluster-node-timeout: its
+        replica is promoted, and b2's client takes name n there once the
+        grace period is over. b1 heard of none of it: it still routes n
+        to the stopped master, where a's ACQUIRE waits in the socket. The
+        master resumed runs it before it learns it was replaced; its
+        marker and run_id are unchanged, so the gate passes. b1 heard
+        nothing from that master for longer than cluster-node-timeout, so
+        it holds the reply until another master's map says the slot is
+        still served there: it is not, and a is not told OK while z
+        holds n."""
+        b1 = self.broker("b1")
+        # b2 gives up on the stopped master soon, and finds its successor.
+        b2 = self.broker("b2", redis={"command_timeout_ms": 500})
+        a, z = self.client(b1), self.client(b2)
+        shards = self.cluster.names_in_each_shard(2, base="dm")
+        # Not b1's seed: its subscriber, stopped too, would reconnect to
+        # another node and refresh b1's map before the ACQUIRE.
+        frozen = max(shards, key=lambda p: p != self.cluster.masters()[0])
+        n, m = shards[frozen]
+        for c in (a, z):
+            self.assertTrue(c.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "))
+            self.assertEqual(c.cmd("RELEASE %s" % n), "OK")
+        self.cluster.wait_replicated(frozen)
+        rep = self.cluster.replica_of(frozen)
+        self.cluster.pause(frozen)
+        self.addCleanup(lambda: frozen in self.cluster.paused and
+                        self.cluster.resume(frozen))
+        self.cluster.wait_promoted(frozen, rep)
+        # b2 finds the new master through m (its requests to the stopped
+        # one time out; the first are still in that master's socket, so
+        # not n), then grants n there once the grace period is over.
+        wait_until(lambda: any(w in z.cmd("ACQUIRE %s WAIT 0" % m)
+                               for w in ("grace", "OK ")),
+                   GRACE_S + 10, "b2 to find the new master")
+        wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "),
+                   3 * GRACE_S + 10, "n granted to z on the new master")
+        a.send("ACQUIRE %s WAIT 0" % n)
+        time.sleep(0.3)  # the ACQUIRE waits in the stopped master
+        self.cluster.resume(frozen, settle=False)
+        ra = next_line(a, 10)
+        self.assertFalse(ra.startswith("OK "),
+                         "%s granted to a while z holds it: %r" % (n, ra))
+        self.assertIn("master was replaced", ra)
+        self.assertIn("was replaced while it was silent", b1.logtext())
+        self.assertGreaterEqual(int(b1.info()["redis_deposed_total"]), 1)
+        self.assertIn(n, locks_of(z))
+        self.assertNotIn(n, locks_of(a))
+        self.assertEqual(z.cmd("RELEASE %s" % n), "OK")
+        self.cluster.wait_settled(what="with %d resumed" % frozen)
+        # The broker serves n again, from the new master.
+        wait_until(lambda: a.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "),
+                   3 * GRACE_S, "n granted to a after the failover")
 
 
 if __name__ == "__main__":
