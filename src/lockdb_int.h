@@ -147,10 +147,13 @@ void lockdb_scripts_init(void);
 /* lockdb_script.c: incarnation.lua for scope, asked by the beat
  * (lockdb_inc.c). */
 void lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg);
-/* markers.lua for n (up to LOCKDB_SEED_MAX) slots of one node. */
+/* markers.lua for n (up to LOCKDB_SEED_MAX) slots of one node, whose
+ * run_id is runid. */
 #define LOCKDB_SEED_MAX 24
-void lockdb_script_markers(const int *slots, int n, redisc_cb *cb, void *arg);
-/* lockdb_seed.c: a cluster node's slots without a marker made at once. */
+void lockdb_script_markers(
+    const char *runid, const int *slots, int n, redisc_cb *cb, void *arg);
+/* lockdb_seed.c: a cluster node's slots without a marker, or with one
+ * another Redis process served, made anew at once. */
 void lockdb_seed(int node);
 void lockdb_seed_reset(void);
 

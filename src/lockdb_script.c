@@ -415,23 +415,26 @@ lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg)
 }
 
 void
-lockdb_script_markers(const int *slots, int n, redisc_cb *cb, void *arg)
+lockdb_script_markers(
+    const char *runid, const int *slots, int n, redisc_cb *cb, void *arg)
 {
 	char key[LOCKDB_SEED_MAX][LOCKDB_KEY_MAX];
-	const char *argv[LOCKDB_SEED_MAX];
-	size_t lens[LOCKDB_SEED_MAX];
+	const char *argv[1 + LOCKDB_SEED_MAX];
+	size_t lens[1 + LOCKDB_SEED_MAX];
 
-	_Static_assert(LUA_MARKERS_NKEYS == 0 && LUA_MARKERS_NARGS == 0,
-	    "markers.lua takes the markers' keys alone");
+	_Static_assert(LUA_MARKERS_NKEYS == 0 && LUA_MARKERS_NARGS == 1,
+	    "markers.lua takes the run_id, then the markers' keys");
 	if (n < 1 || n > LOCKDB_SEED_MAX)
 		fatalx("lockdb: %d markers in one call", n);
+	argv[0] = runid;
+	lens[0] = strlen(runid);
 	for (int i = 0; i < n; i++) {
-		lens[i] = lockdb_scope_key(slots[i],
+		lens[1 + i] = lockdb_scope_key(slots[i],
 		    lockdb_lua_incarnation.keys[0] + 1, key[i], sizeof key[i]);
-		argv[i] = key[i];
+		argv[1 + i] = key[i];
 	}
 	redisc_eval_slot(
-	    slots[0], &lockdb_lua_markers.rs, n, argv, lens, cb, arg);
+	    slots[0], &lockdb_lua_markers.rs, 1 + n, argv, lens, cb, arg);
 }
 
 void

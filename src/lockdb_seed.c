@@ -1,23 +1,27 @@
 /*
- * lockdb_seed: on a cluster, the slots that have no incarnation marker
- * get their first incarnation when the broker first reaches their node,
- * all at once, rather than each at its first request (docs/operations.md,
- * Redis Cluster). A slot without a marker is new lock data whose grace
- * period must pass before anything in it is granted: on a fresh cluster
- * that is every slot, and a grace period at each slot's first use would
- * stall a new name's grant for the length of one, again and again, for as
- * long as names of unused slots keep coming. Made together, they end
- * together.
+ * lockdb_seed: on a cluster, the slots that have no incarnation marker,
+ * or one last confirmed on another Redis process than the node's that
+ * serves them now (a failover, a restart), get their new incarnation
+ * when the broker reaches their node, all at once, rather than each at
+ * its first request (docs/operations.md, Redis Cluster). Such a slot's
+ * grace period must pass before anything in it is granted: on a fresh
+ * cluster that is every slot, after a failover every slot of the shard,
+ * and a grace period at each slot's first use would stall a new name's
+ * grant for the length of one, again and again, for as long as names of
+ * unused slots keep coming. Made together, they end together.
  *
  * Per node, one markers.lua at a time reads LOCKDB_SEED_MAX slots'
- * markers; incarnation.lua is asked for each one missing; the next call
- * goes when the last answered, so a fresh cluster's 16384 new markers
- * do not queue ahead of the requests clients make meanwhile. A slot is
- * read once in the broker's life (again only if it could not be read:
- * not served where it was sent, or no answer).
+ * markers; incarnation.lua is asked for each one missing or stale; the
+ * next call goes when the last answered, so a fresh cluster's 16384 new
+ * markers do not queue ahead of the requests clients make meanwhile. A
+ * slot is read once for each node and run_id that serves it (again if
+ * it could not be read: not served where it was sent, or no answer). The
+ * first broker to read a failed-over shard makes its incarnations; the
+ * others find them made.
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
@@ -30,10 +34,13 @@
 #include "xmalloc.h"
 
 static struct {
-	unsigned char read[SLOT_COUNT / 8]; /* read, or being read */
-	bool busy[REDISC_NODES_MAX];	    /* a markers.lua is out */
-	unsigned slots[REDISC_NODES_MAX];   /* read in this pass */
-	unsigned made[REDISC_NODES_MAX];    /* of those, missing */
+	/* Each slot's node + 1 when read there (or being read), else 0. */
+	unsigned char read[SLOT_COUNT];
+	char runid[REDISC_NODES_MAX][48]; /* each node's, when last read */
+	bool busy[REDISC_NODES_MAX];	  /* a markers.lua is out */
+	unsigned slots[REDISC_NODES_MAX]; /* read in this pass */
+	unsigned made[REDISC_NODES_MAX];  /* of those, missing */
+	unsigned stale[REDISC_NODES_MAX]; /* of those, another process's */
 } seed;
 
 /* One markers.lua out: its node and slots. */
@@ -52,18 +59,15 @@ lockdb_seed_reset(void)
 }
 
 static bool
-lockdb_seed_isread(int slot)
+lockdb_seed_isread(int slot, int node)
 {
-	return (seed.read[slot / 8] >> (slot % 8)) & 1;
+	return seed.read[slot] == node + 1;
 }
 
 static void
-lockdb_seed_mark(int slot, bool read)
+lockdb_seed_mark(int slot, int node, bool read)
 {
-	if (read)
-		seed.read[slot / 8] |= (unsigned char)(1u << (slot % 8));
-	else
-		seed.read[slot / 8] &= (unsigned char)~(1u << (slot % 8));
+	seed.read[slot] = read ? (unsigned char)(node + 1) : 0;
 }
 
 /* The pass on node is over: what it found, said once. */
@@ -73,9 +77,13 @@ lockdb_seed_done(int node)
 	char addr[64];
 
 	seed.busy[node] = false;
+	redisc_node_name(node, addr, sizeof addr);
+	if (seed.stale[node] > 0)
+		log_info(
+		    "redis: %u slots of %s were last served by another Redis process (a failover or a restart): a new incarnation in each, no grant in them for %s ms",
+		    seed.stale[node], addr, lockdb.node[node].grace);
 	if (seed.made[node] == 0)
 		return;
-	redisc_node_name(node, addr, sizeof addr);
 	if (seed.made[node] == seed.slots[node])
 		log_info(
 		    "redis: %u slots of %s have no lock data yet: a first incarnation in each, no grant in them for %s ms",
@@ -105,12 +113,15 @@ lockdb_seed_cb(const redisReply *r, void *arg)
 
 		if (e == NULL || e->type != REDIS_REPLY_INTEGER ||
 		    e->integer < 0) {
-			lockdb_seed_mark(sd->slot[i], false);
+			lockdb_seed_mark(sd->slot[i], node, false);
 			continue;
 		}
 		seed.slots[node]++;
-		if (e->integer == 0) {
-			seed.made[node]++;
+		if (e->integer == 0 || e->integer == 2) {
+			if (e->integer == 0)
+				seed.made[node]++;
+			else
+				seed.stale[node]++;
 			lockdb_scope(sd->slot[i])->seeding = true;
 			lockdb_incarnation_of(sd->slot[i]);
 		}
@@ -124,8 +135,7 @@ lockdb_seed_cb(const redisReply *r, void *arg)
 }
 
 /* The next call of node's pass: up to LOCKDB_SEED_MAX slots from slot
- * from on that node, whose incarnation is not known here and that are
- * not read yet; the pass ends with none left. */
+ * from on that node, not read there yet; the pass ends with none left. */
 static void
 lockdb_seed_next(int node, int from)
 {
@@ -133,21 +143,20 @@ lockdb_seed_next(int node, int from)
 
 	sd->node = node;
 	for (int s = from; s < SLOT_COUNT && sd->n < LOCKDB_SEED_MAX; s++) {
-		if (lockdb_seed_isread(s) || redisc_node_of(s) != node ||
-		    (lockdb.scope[s] != NULL &&
-			lockdb.scope[s]->inc[0] != '\0'))
+		if (lockdb_seed_isread(s, node) || redisc_node_of(s) != node)
 			continue;
-		lockdb_seed_mark(s, true);
+		lockdb_seed_mark(s, node, true);
 		sd->slot[sd->n++] = s;
 	}
 	if (sd->n == 0 || !redisc_node_up(node)) {
 		for (int i = 0; i < sd->n; i++)
-			lockdb_seed_mark(sd->slot[i], false);
+			lockdb_seed_mark(sd->slot[i], node, false);
 		free(sd);
 		lockdb_seed_done(node);
 		return;
 	}
-	lockdb_script_markers(sd->slot, sd->n, lockdb_seed_cb, sd);
+	lockdb_script_markers(
+	    lockdb.node[node].runid, sd->slot, sd->n, lockdb_seed_cb, sd);
 }
 
 void
@@ -157,6 +166,14 @@ lockdb_seed(int node)
 	    seed.busy[node])
 		return;
 	seed.busy[node] = true;
-	seed.slots[node] = seed.made[node] = 0;
+	seed.slots[node] = seed.made[node] = seed.stale[node] = 0;
+	/* Another process on that address (a restart): read again. */
+	if (strcmp(seed.runid[node], lockdb.node[node].runid) != 0) {
+		for (int s = 0; s < SLOT_COUNT; s++)
+			if (lockdb_seed_isread(s, node))
+				lockdb_seed_mark(s, node, false);
+		snprintf(seed.runid[node], sizeof seed.runid[node], "%s",
+		    lockdb.node[node].runid);
+	}
 	lockdb_seed_next(node, 0);
 }

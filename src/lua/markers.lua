@@ -1,9 +1,11 @@
 #!lua flags=no-writes,allow-cross-slot-keys
 -- markers: which of a cluster node's slots have an incarnation marker
--- (docs/protocol.md §8, When Redis forgets), read when the broker first
--- reaches the node, so that the slots a fresh cluster has never used get
--- their first incarnation, and its grace period, all at once then, not
--- each at its first grant (lockdb_inc.c, lockdb_seed).
+-- made or confirmed on this node's Redis process (docs/protocol.md §8,
+-- When Redis forgets), read when the broker first reaches the node (and
+-- again when another process serves the slots), so that the slots a
+-- fresh cluster has never used, and those a failover brought to a new
+-- master, get their new incarnation, and its grace period, all at once
+-- then, not each at its first grant (lockdb_inc.c, lockdb_seed).
 --
 -- The one script that touches keys it does not declare: one call reads
 -- the markers of many slots, which no declared keys could name (Redis
@@ -17,14 +19,30 @@
 -- keys are of many slots, all of this node's).
 --
 -- KEYS:
--- ARGV: the markers' keys ("<prefix>{<tag>}incarnation", lockdb_script.c
---   makes them), each of a slot served here.
--- Returns, for each in order, 1 if it is there, 0 if not, -1 if it could
---   not be read here.
+-- ARGV: the node's run_id as the broker read it ("": not known), then the
+--   markers' keys ("<prefix>{<tag>}incarnation", lockdb_script.c makes
+--   them), each of a slot served here.
+-- Returns, for each key in order, 1 if it is there and was last confirmed
+--   on this run_id (or the run_id is not known), 2 if it is there but was
+--   last confirmed on another Redis process (a failover or a restart
+--   since: its slot needs a new incarnation), 0 if it is not there, -1 if
+--   it could not be read here.
+
+local runId = ARGV[1]
 
 local out = {}
 for i, key in ipairs(ARGV) do
-  local r = redis.pcall('EXISTS', key)
-  if type(r) == 'number' then out[i] = r else out[i] = -1 end
+  if i > 1 then
+    local r = redis.pcall('HMGET', key, 'id', 'runid')
+    if type(r) ~= 'table' or r.err then
+      out[i - 1] = -1
+    elseif not r[1] then
+      out[i - 1] = 0
+    elseif r[2] == runId or runId == '' then
+      out[i - 1] = 1
+    else
+      out[i - 1] = 2
+    end
+  end
 end
 return out

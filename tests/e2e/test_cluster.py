@@ -432,6 +432,37 @@ class Failover(ClusterTest):
     def test_failover_takeover(self):
         self.check_failover("TAKEOVER")
 
+    def test_a_failed_over_shard_is_made_new_at_once(self):
+        """After a failover, every slot of the shard needs a new
+        incarnation (its markers were confirmed on the old master's
+        process). The broker makes them all when it first reaches the
+        new master, not each at its slot's first grant: once one grace
+        period has passed, a name in a slot nobody used since is granted
+        at once."""
+        b1 = self.broker("b1")
+        a = self.client(b1)
+        shards = self.cluster.names_in_each_shard(2, base="fo")
+        failed = sorted(shards)[0]
+        first, fresh = shards[failed]
+        self.assertNotEqual(slot_of_name(first), slot_of_name(fresh))
+        self.assertTrue(a.cmd("ACQUIRE %s WAIT 0" % first).startswith("OK "))
+        self.assertEqual(a.cmd("RELEASE %s" % first), "OK")
+        self.cluster.wait_replicated(failed)
+        self.cluster.failover(failed, "default")
+        # The first request meets MOVED: b1 reaches the new master.
+        wait_until(lambda: a.cmd("ACQUIRE %s WAIT 0" % first).startswith(
+            "OK "), 3 * GRACE_S, "%s granted on the new master" % first)
+        # The pass over the shard's slots ends (logged), and the grace
+        # period of the slots made in it with it. Without the pass, none
+        # is made until its first request, which then waits.
+        end = time.monotonic() + 30
+        wait_until(lambda: time.monotonic() > end or "were last served by "
+                   "another Redis process" in b1.logtext(), 40, "the pass")
+        # One grace period from the pass on: an interval, not an event.
+        time.sleep(GRACE_S)
+        r = a.cmd("ACQUIRE %s WAIT 0" % fresh)
+        self.assertTrue(r.startswith("OK "), "%s: %r" % (fresh, r))
+
     def test_master_killed(self):
         """A master killed: its replica is promoted after the node
         timeout. Holds in that shard hear nothing for redis.trust_ms and
@@ -468,6 +499,7 @@ class FrozenMaster(ClusterTest):
         still served there: it is not, and a is not told OK while z
         holds n."""
         b1 = self.broker("b1")
+        z2 = self.client(b1)  # b1's INFO
         # b2 gives up on the stopped master soon, and finds its successor.
         b2 = self.broker("b2", redis={"command_timeout_ms": 500})
         a, z = self.client(b1), self.client(b2)
@@ -493,8 +525,11 @@ class FrozenMaster(ClusterTest):
                    GRACE_S + 10, "b2 to find the new master")
         wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "),
                    3 * GRACE_S + 10, "n granted to z on the new master")
+        at = "127.0.0.1:%d" % frozen
+        sent = self.nodes_info(z2)[at]["requests"]
         a.send("ACQUIRE %s WAIT 0" % n)
-        time.sleep(0.3)  # the ACQUIRE waits in the stopped master
+        wait_until(lambda: self.nodes_info(z2)[at]["requests"] > sent, 10,
+                   "the ACQUIRE sent to the stopped master")
         self.cluster.resume(frozen, settle=False)
         ra = next_line(a, 10)
         self.assertFalse(ra.startswith("OK "),

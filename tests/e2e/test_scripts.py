@@ -191,14 +191,23 @@ class Scripts(BrokerTest):
     def test_markers(self):
         """markers.lua, the one script that declares no key (it reads the
         markers of many slots of a cluster's node, passed as arguments):
-        it only reads, and says which are there."""
+        it only reads, and says which are there (1), are not (0), or
+        were confirmed on another Redis process than the run_id it is
+        given (2: a failover since)."""
         path = os.path.join(LUA, "markers.lua")
         self.assertEqual(embed.keys(path), [])
         text = embed.expand(path)
         self.assertEqual(re.findall(r"redis\.p?call\('(\w+)'", text),
-                         ["EXISTS"])
-        self.assertEqual(self.r("EVAL", text, 0, MARK, "lockbroker:{x}"
-                                "incarnation", MARK), [1, 0, 1])
+                         ["HMGET"])
+        self.r("HSET", MARK, "runid", "r1")
+        before = self.r("HGETALL", MARK)
+        missing = "lockbroker:{x}incarnation"
+        for runid, want in (("r1", [1, 0, 1]), ("r2", [2, 0, 2]),
+                            ("", [1, 0, 1])):
+            self.assertEqual(self.r("EVAL", text, 0, runid, MARK, missing,
+                                    MARK), want, runid)
+        self.assertEqual(self.r("HGETALL", MARK), before)
+        self.assertEqual(self.r("EXISTS", missing), 0)
 
     def test_a_full_redis(self):
         """Above maxmemory (noeviction) a grant is refused before it runs,
