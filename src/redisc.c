@@ -256,21 +256,23 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct redisc_req *req = privdata;
 	const redisReply *reply = r;
+	struct redisc_conn *conn = ac->data;
 
 	if (reply != NULL) {
 		uint64_t now = mono_us();
-		struct redisc_conn *conn = ac->data;
 
 		conn->last_reply_ms = now / 1000;
 		stats_observe(HIST_redis_rtt_seconds, now - req->sent_us);
 		if (redisc_doubt_heard(conn->node, req, reply))
 			return; /* held (redisc_doubt.c) */
 	}
-	if (req->answered) {
+	if (req->answered)
 		redisc_req_free(req);
-		return;
-	}
-	redisc_reply_use(req, reply);
+	else
+		redisc_reply_use(req, reply);
+	/* A master turned replica: closed once its last reply came. */
+	if (reply != NULL && conn->node >= 0)
+		redisc_node_park(conn->node);
 }
 
 void

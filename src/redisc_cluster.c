@@ -289,6 +289,29 @@ redisc_map_slots(int16_t *map, const redisReply *range)
 	    m->element[1]->integer);
 }
 
+/* A node the map no longer names (a master turned replica, a seed that
+ * is one): its connection closed once nothing is in flight or held
+ * there, rather than kept (and reconnected) for nothing. The map names
+ * it again if it serves slots again. */
+void
+redisc_node_park(int node)
+{
+	struct redisc_conn *conn = &rc.node[node].conn;
+	struct redisc_req *req;
+	char name[300];
+
+	if (!rc.cluster || !rc.mapped || rc.node[node].in_map || conn->parked ||
+	    redisc_doubted(node))
+		return;
+	TAILQ_FOREACH (req, &rc.inflight, entry)
+		if (req->node == node)
+			return;
+	if (conn->ac != NULL)
+		log_info("redis cluster: %s serves no slots: connection closed",
+		    redisc_node_name(node, name, sizeof name));
+	redisc_park(conn);
+}
+
 /* A new map: its nodes connected, those no longer in it left alone (a
  * request still routed there is answered MOVED). */
 static void
@@ -328,6 +351,8 @@ redisc_map_use(const redisReply *r, bool shards)
 		if (rc.node[i].in_map && conn->ac == NULL &&
 		    !evtimer_pending(conn->reconnect_ev, NULL))
 			redisc_conn_open(conn);
+		else
+			redisc_node_park(i);
 	}
 }
 

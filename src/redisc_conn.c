@@ -49,6 +49,23 @@ redisc_drop(struct redisc_conn *conn)
 }
 
 void
+redisc_park(struct redisc_conn *conn)
+{
+	redisAsyncContext *ac = conn->ac;
+
+	conn->parked = true;
+	evtimer_del(conn->reconnect_ev);
+	evtimer_del(conn->connect_timeout_ev);
+	conn->attempts = 0;
+	if (ac == NULL)
+		return;
+	conn->ac = NULL;
+	conn->connected = false;
+	redisc_set_up(conn, false);
+	redisAsyncFree(ac);
+}
+
+void
 redisc_script_add(struct redisc_script *script)
 {
 	if (rc.nscripts == REDISC_MAX_SCRIPTS)
@@ -307,7 +324,7 @@ redisc_disconnect_cb(const redisAsyncContext *ac, int status)
 	conn->ac = NULL;
 	conn->connected = false;
 	redisc_set_up(conn, false);
-	if (rc.stopping)
+	if (rc.stopping || conn->parked)
 		return;
 	/* One that never came up failed its setup, and said so. */
 	if (was_up)
@@ -350,6 +367,7 @@ redisc_conn_open(struct redisc_conn *conn)
 	char host[256];
 	int port;
 
+	conn->parked = false;
 	if (redisc_on_unix(conn))
 		conn->ac = redisAsyncConnectUnix(cf->unix_path);
 	else if (conn->target(conn, host, sizeof host, &port) == 0)

@@ -65,6 +65,7 @@ struct redisc_conn {
 	bool connected;	   /* connect callback said OK */
 	int setup_left;	   /* AUTH and SELECT answers still to come */
 	bool up;	   /* connected, and AUTH and SELECT said OK */
+	bool parked;	   /* closed on purpose: not reconnected */
 	unsigned attempts; /* failed connects in a row */
 	/* redisc_conn_failed: failures since it was last up, since when,
 	 * and the last one logged, when. */
@@ -180,6 +181,9 @@ void redisc_conn_open(struct redisc_conn *conn);
 /* redisc_conn.c: close now, without waiting for the replies still owed;
  * the disconnect callback reconnects. */
 void redisc_drop(struct redisc_conn *conn);
+/* redisc_conn.c: close now and do not reconnect (a cluster node that
+ * serves no slots); redisc_conn_open undoes it. */
+void redisc_park(struct redisc_conn *conn);
 /* redisc_conn.c: AUTH and SELECT, queued at each connect. */
 void redisc_cmd_setup(redisAsyncContext *ac);
 /* redisc_conn.c: AUTH and SUBSCRIBE, queued at each connect. */
@@ -221,6 +225,10 @@ void redisc_doubt_stop(void);
  * used; the map asked of a node other than node. */
 void redisc_map_forget(int node);
 void redisc_map_ask_other(int node);
+
+/* redisc_cluster.c: a node the map no longer names has its connection
+ * closed once nothing is in flight or held there. */
+void redisc_node_park(int node);
 
 /* redisc_cluster.c: "host:port" or "[v6]:port" (a redis.sentinels or
  * redis.cluster entry, checked by the config) into its parts. */

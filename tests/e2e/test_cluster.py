@@ -97,6 +97,14 @@ class ClusterTest(unittest.TestCase):
     def incarnations(self, c, port):
         return self.nodes_info(c)["127.0.0.1:%d" % port]["incarnations"]
 
+    def command_clients(self, port):
+        """The node's clients that are not its replicas, a subscriber or
+        this very CLIENT LIST: the brokers' command connections."""
+        out = self.cluster.node(port)("CLIENT", "LIST")
+        out = out.decode() if isinstance(out, bytes) else out
+        return [c for c in out.splitlines() if " flags=N " in c and
+                " cmd=client|list" not in c]
+
     def assert_refused(self, c, name):
         """A try-once for name is not granted (another holds it)."""
         r = c.cmd("ACQUIRE %s WAIT 0" % name)
@@ -419,6 +427,10 @@ class Failover(ClusterTest):
         for m in others:
             self.assertEqual(self.incarnations(a, m), before[m], m)
         self.assertGreater(self.incarnations(a, new), 0)
+        # The old master, a replica now, serves no slots: the brokers
+        # close their command connections to it.
+        wait_until(lambda: self.command_clients(failed) == [], 10,
+                   "the brokers' connections to %d closed" % failed)
         for n in held:
             self.assertIn(str(fences[n]), z.cmd("STATUS %s" % n))
             self.assertEqual(a.cmd("RELEASE %s" % n), "OK")
