@@ -553,12 +553,36 @@ client_count(void)
 	return cl.count;
 }
 
-/* limits.max_line may have changed: the line buffer follows it. */
+/*
+ * An identity the reload removed may do nothing more: its connections
+ * are closed, their locks released, as Redis does for a deleted ACL user.
+ * Taking its secret away must not leave its holds in place for as long as
+ * its connections live.
+ */
+static void
+client_close_gone(void)
+{
+	struct client *c;
+
+	TAILQ_FOREACH (c, &cl.all, entry) {
+		if (c->closing || !cmd_session_gone(&c->s))
+			continue;
+		log_info("client %" PRIu64 " [%s]: its identity was removed "
+			 "by the reload; closing",
+		    c->s.id, c->peer);
+		c->quit = true; /* our doing, not the client vanishing */
+		client_close(c);
+	}
+}
+
+/* limits.max_line may have changed: the line buffer follows it; and a
+ * removed identity's connections close. */
 void
 client_reload(void)
 {
 	size_t size = (size_t)cl.cf->limits.max_line + 2;
 
+	client_close_gone();
 	if (size == cl.line_size)
 		return;
 	cl.line = xrealloc(cl.line, size, 1);

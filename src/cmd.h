@@ -17,6 +17,7 @@ struct event;
 struct event_base;
 struct config;
 struct session;
+struct ident;
 
 enum cmd_result {
 	CMD_DONE,  /* answered; go on with the next line */
@@ -32,8 +33,8 @@ struct session {
 	struct evbuffer *out; /* replies are appended here */
 	struct lock_owner owner;
 	bool authed;
-	bool admin;		   /* AUTH with auth.admin_secret: may REVOKE */
-	bool eof;		   /* no more input: ACQUIRE does not wait */
+	struct ident *ident; /* whom AUTH let in (a reference); NULL: none */
+	bool eof;	     /* no more input: ACQUIRE does not wait */
 	session_resume_fn *resume; /* the request in flight was answered */
 	void *ctx;		   /* the client module's */
 	void (*reply)(struct session *, const struct lock_result *);
@@ -60,6 +61,7 @@ struct cmd_entry {
 	enum cmd_result (*fn)(struct session *, int, char **);
 	const char *args; /* "<name>", as usage shows them */
 	int opts;	  /* CMD_OPT_* */
+	int right;	  /* CONFIG_RIGHT_* its first argument, a name, needs */
 	/* Made from the above by cmd_init: */
 	int max_args; /* with every option it may take */
 	char usage[128];
@@ -79,6 +81,10 @@ void cmd_session_end(struct session *s, bool vanished);
 
 /* Run one line (without its LF; line[len] must be writable). */
 enum cmd_result cmd_execute(struct session *s, char *line, size_t len);
+
+/* Whether an identity removed by a reload is the session's: the client
+ * module then closes the connection. */
+bool cmd_session_gone(const struct session *s);
 
 /* Append "ERR <CODE> <text>" to the session's output. */
 void cmd_error(struct session *s, enum proto_err err, const char *fmt, ...)

@@ -1,9 +1,9 @@
 /*
- * cmd_auth: AUTH and the secrets it compares with. A wrong secret is
- * logged at most once a second and closes the connection; a peer that
- * sent wrong ones lately waits for its slot (authwait). The secrets are
- * read at start and on reload, and wiped at shutdown. Calls authwait,
- * util and log.
+ * cmd_auth: AUTH, which identity a secret names, and ERR DENIED. A wrong
+ * secret is logged at most once a second and closes the connection; a
+ * peer that sent wrong ones lately waits for its slot (authwait). The
+ * identities and their secrets are the identity module's, read at start
+ * and on reload. Calls authwait, identity, util and log.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -17,7 +17,10 @@
 #include "cmd.h"
 #include "cmd_int.h"
 #include "config.h"
+#include "identity.h"
+#include "lock.h"
 #include "log.h"
+#include "stats.h"
 #include "xmalloc.h"
 
 /* The connection's address, for the AUTH back-off. */
@@ -50,26 +53,65 @@ cmd_auth_log(const struct session *s)
 	cmds.auth_unlogged = 0;
 }
 
+/*
+ * A connection may change identity by AUTH again only while it holds
+ * nothing: a hold must stay with the identity that took it (WHO shows
+ * it, and its rights were checked for it). From no identity (AUTH was
+ * not needed) to one is fine, as before.
+ */
+static bool
+cmd_auth_switch_ok(const struct session *s, const struct ident *id)
+{
+	return s->ident == NULL || s->ident == id || s->owner.nholds == 0;
+}
+
+/* Let id in: the session holds a reference to it, and WHO shows it. */
+static void
+cmd_auth_as(struct session *s, struct ident *id)
+{
+	ident_unref(s->ident);
+	s->ident = ident_ref(id);
+	s->authed = true;
+	lockreq_owner_ident(&s->owner, id->name);
+	log_info("client %" PRIu64 " [%s]: AUTH as %s", s->id, cmd_peer(s),
+	    id->name);
+}
+
 /* Right secret: OK; wrong: ERR AUTH, and the connection closes. The
- * admin secret authenticates too, and allows REVOKE. */
+ * secret names the identity (auth.admin_secret's may REVOKE). */
 static enum cmd_result
 cmd_auth_judge(struct session *s, const char *secret)
 {
-	bool admin =
-	    cmds.admin[0] != '\0' && util_secret_equal(secret, cmds.admin);
-	bool user =
-	    cmds.secret[0] != '\0' && util_secret_equal(secret, cmds.secret);
+	struct ident *id = ident_by_secret(secret);
 
-	if (admin || user) {
-		authwait_passed(cmd_peer(s), mono_ms());
-		s->authed = true;
-		s->admin = s->admin || admin;
-		evbuffer_add(s->out, "OK\n", 3);
+	if (id == NULL) {
+		cmd_auth_log(s);
+		cmd_error(s, PERR_AUTH, "wrong secret");
+		return CMD_CLOSE;
+	}
+	authwait_passed(cmd_peer(s), mono_ms());
+	if (!cmd_auth_switch_ok(s, id)) {
+		cmd_error(s, PERR_HELD,
+		    "AUTH as another identity only while holding nothing "
+		    "(%s holds %u)",
+		    s->ident->name, s->owner.nholds);
 		return CMD_DONE;
 	}
-	cmd_auth_log(s);
-	cmd_error(s, PERR_AUTH, "wrong secret");
-	return CMD_CLOSE;
+	cmd_auth_as(s, id);
+	evbuffer_add(s->out, "OK\n", 3);
+	return CMD_DONE;
+}
+
+/* "ERR DENIED <identity> may not <right> <name>": what it asked is out of
+ * its rights, and nothing was done. */
+void
+cmd_denied(struct session *s, int right, const char *name)
+{
+	STAT_INC(errors_total);
+	ident_count(s->ident, true);
+	evbuffer_add_printf(s->out, "ERR DENIED %s may not %s %s\n",
+	    s->ident != NULL ? s->ident->name : "-", config_right_name(right),
+	    name);
 }
 
 /* The slot of an AUTH held back came. */
@@ -87,7 +129,7 @@ cmd_auth_later_cb(evutil_socket_t fd, short what, void *arg)
 /*
  * A wrong secret closes the connection: no guessing on one socket; and a
  * peer that sent wrong ones lately has its next AUTH judged only in its
- * slot (authwait), however many connections it opens. Without either
+ * slot (authwait), however many connections it opens. Without any
  * secret, AUTH is a no-op that says OK.
  */
 enum cmd_result
@@ -96,7 +138,7 @@ cmd_auth(struct session *s, int argc, char **argv)
 	uint64_t now = mono_ms(), slot;
 	struct timeval tv;
 
-	if (cmds.secret[0] == '\0' && cmds.admin[0] == '\0') {
+	if (!ident_any()) {
 		s->authed = true;
 		evbuffer_add(s->out, "OK\n", 3);
 		return CMD_DONE;
@@ -114,65 +156,17 @@ cmd_auth(struct session *s, int argc, char **argv)
 	return CMD_ASYNC;
 }
 
-/* A secret in force: its file wins over its inline value. */
-static char *
-cmd_secret(const char *inline_value, const char *file, const char *key)
-{
-	char *secret;
-
-	if (file[0] == '\0')
-		return xstrdup(inline_value);
-	if ((secret = util_read_secret(file)) == NULL)
-		log_warn("%s %s", key, file);
-	return secret;
-}
-
-/* Both secrets, or neither (and *secret, *admin untouched). */
-bool
-cmd_secrets(const struct config *cf, char **secret, char **admin)
-{
-	char *s, *a;
-
-	if ((s = cmd_secret(cf->auth.secret, cf->auth.secret_file,
-		 "auth.secret_file")) == NULL)
-		return false;
-	if ((a = cmd_secret(cf->auth.admin_secret, cf->auth.admin_secret_file,
-		 "auth.admin_secret_file")) == NULL) {
-		freezero_str(s);
-		return false;
-	}
-	if (a[0] != '\0' && strcmp(a, s) == 0) {
-		log_warnx("auth.admin_secret must differ from auth.secret");
-		freezero_str(s);
-		freezero_str(a);
-		return false;
-	}
-	*secret = s;
-	*admin = a;
-	return true;
-}
-
-/* New secrets apply to AUTHs from now on. */
+/* New secrets and rights apply at once; a dropped identity's connections
+ * are closed by the client module (cmd_session_gone). */
 void
 cmd_reload(void)
 {
-	char *secret, *admin;
-
-	if (!cmd_secrets(cmds.cf, &secret, &admin)) {
+	if (!ident_load(cmds.cf))
 		log_warnx("reload: keeping the old AUTH secrets");
-		return;
-	}
-	freezero_str(cmds.secret);
-	freezero_str(cmds.admin);
-	cmds.secret = secret;
-	cmds.admin = admin;
 }
 
 void
 cmd_shutdown(void)
 {
-	freezero_str(cmds.secret);
-	freezero_str(cmds.admin);
-	cmds.secret = NULL;
-	cmds.admin = NULL;
+	ident_shutdown();
 }

@@ -15,16 +15,14 @@
 struct config;
 struct event_base;
 
-/* The module's state: cmd.c sets it up; cmd_auth.c owns the secrets and
- * the AUTH log's counters. */
+/* The module's state: cmd.c sets it up; cmd_auth.c owns the AUTH log's
+ * counters (the secrets are the identity module's). */
 struct cmd_state {
 	const struct config *cf;
 	struct event_base *base;
 	uint64_t auth_logged_ms; /* the last "AUTH failed" line */
 	unsigned auth_unlogged;	 /* failures since, not logged */
-	char *secret; /* "" when AUTH is not required; wiped at shutdown */
-	char *admin;  /* "" when nobody may REVOKE; wiped at shutdown */
-	uint64_t started_ms; /* monotonic: a clock jump is not uptime */
+	uint64_t started_ms;	 /* monotonic: a clock jump is not uptime */
 };
 extern struct cmd_state cmds;
 
@@ -60,9 +58,9 @@ enum cmd_result cmd_status(struct session *, int, char **);
 enum cmd_result cmd_validate(struct session *, int, char **);
 enum cmd_result cmd_who(struct session *, int, char **);
 
-/* cmd_auth.c: AUTH, and the secrets in force (both, or neither and
- * *secret, *admin untouched). */
+/* cmd_auth.c: AUTH. */
 enum cmd_result cmd_auth(struct session *, int, char **);
-bool cmd_secrets(const struct config *cf, char **secret, char **admin);
+/* cmd_auth.c: ERR DENIED for s's identity, right and name. */
+void cmd_denied(struct session *s, int right, const char *name);
 
 #endif

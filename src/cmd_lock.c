@@ -16,6 +16,7 @@
 #include "cmd.h"
 #include "cmd_int.h"
 #include "config.h"
+#include "identity.h"
 #include "log.h"
 #include "proto.h"
 
@@ -328,24 +329,31 @@ cmd_revoke_reply(struct session *s, const struct lock_result *res)
 		evbuffer_add_printf(s->out, "OK %" PRIu64 "\n", res->count);
 }
 
-/* Only a connection that sent AUTH with auth.admin_secret may. */
+/*
+ * Only an identity with the right revoke on the name may (cmd_permitted
+ * checked a named identity's). The two secrets of before keep their
+ * answers: ERR NOAUTH when nobody may, or when this connection is not
+ * the admin.
+ */
 enum cmd_result
 cmd_revoke(struct session *s, int argc, char **argv)
 {
 	struct lock_result res;
 	int rc;
 
-	if (cmds.admin[0] == '\0') {
+	if (!ident_any_right(CONFIG_RIGHT_REVOKE)) {
 		cmd_error(s, PERR_NOAUTH,
 		    "REVOKE is off: auth.admin_secret is not set");
 		return CMD_DONE;
 	}
-	if (!s->admin) {
+	if (!ident_allows(s->ident, CONFIG_RIGHT_REVOKE, argv[1])) {
 		cmd_error(
 		    s, PERR_NOAUTH, "REVOKE needs AUTH with auth.admin_secret");
 		return CMD_DONE;
 	}
-	log_info("client %" PRIu64 ": REVOKE %s", s->id, argv[1]);
+	log_info("client %" PRIu64 " [%s]: REVOKE %s as %s", s->id,
+	    s->owner.peer != NULL ? s->owner.peer : "-", argv[1],
+	    s->ident->name);
 	rc = lock_revoke(&s->owner, argv[1], &res);
 	return cmd_dispatch(s, rc, &res, cmd_revoke_reply);
 }

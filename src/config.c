@@ -120,7 +120,8 @@ config_check_exposure(struct config_load *ld)
 	int family = AF_INET;
 
 	if (cf->listen.insecure || cf->auth.secret[0] != '\0' ||
-	    cf->auth.secret_file[0] != '\0' || cf->listen.address[0] == '\0')
+	    cf->auth.secret_file[0] != '\0' || cf->auth.identities.n > 0 ||
+	    cf->listen.address[0] == '\0')
 		return 0;
 	if (inet_pton(family, cf->listen.address, a) != 1 &&
 	    inet_pton(family = AF_INET6, cf->listen.address, a) != 1)
@@ -186,8 +187,11 @@ config_load_text(struct config_load *ld, const char *text)
 	if (rv == 0)
 		rv = config_check_admin(ld);
 	if (rv == 0)
+		rv = config_ident_check(ld);
+	if (rv == 0)
 		rv = config_check_exposure(ld);
 	config_wipe_tree(&lc);
+	config_ident_wipe_tree(&lc);
 	config_destroy(&lc);
 	return rv;
 }
@@ -263,6 +267,7 @@ config_key_default(struct config *cf, const struct config_key *k)
 		*(char **)p = xstrdup(k->sdef);
 		break;
 	case CT_LIST:
+	case CT_IDENTS:
 		break; /* empty */
 	}
 }
@@ -280,7 +285,8 @@ config_key_free(struct config *cf, const struct config_key *k)
 		count = config_field(cf, k->count_off);
 		for (i = 0; i < *count; i++)
 			config_str_free(k, p[i]);
-	}
+	} else if (k->type == CT_IDENTS)
+		config_ident_free(config_field(cf, k->off));
 }
 
 /* A freed (zeroed) config has NULL strings; compare those safely. */
@@ -330,6 +336,8 @@ config_key_equal(
 		return config_streq(*(char **)pa, *(char **)pb);
 	case CT_LIST:
 		return config_list_equal(a, b, k);
+	case CT_IDENTS:
+		return config_ident_equal(pa, pb);
 	}
 	return 0;
 }
@@ -417,6 +425,8 @@ config_key_size(const struct config_key *k)
 		return sizeof(char *);
 	case CT_LIST:
 		return 0; /* no list is reloadable */
+	case CT_IDENTS:
+		return sizeof(struct config_identities);
 	}
 	return 0;
 }
@@ -424,7 +434,7 @@ config_key_size(const struct config_key *k)
 void
 config_apply_reloadable(struct config *live, struct config *fresh)
 {
-	unsigned char tmp[sizeof(int64_t) + sizeof(double)];
+	unsigned char tmp[sizeof(struct config_identities) + sizeof(double)];
 	const struct config_key *k;
 	size_t i, n;
 

@@ -69,11 +69,42 @@ struct config_limits {
 	int auth_timeout_s;	  /* 10, 1..3600 */
 };
 
+/* What an identity may do on the names it is given (key "rights"). */
+#define CONFIG_RIGHT_LOCK 0x1	/* ACQUIRE, FILL, RELEASE, EXTEND, VALIDATE */
+#define CONFIG_RIGHT_READ 0x2	/* WHO, STATUS */
+#define CONFIG_RIGHT_REVOKE 0x4 /* REVOKE */
+/* A right's word in the file: "lock", "read" or "revoke". */
+const char *config_right_name(int right);
+#define CONFIG_MAX_IDENTITIES 64
+#define CONFIG_MAX_PREFIXES 16
+#define CONFIG_IDENT_NAME_MAX 64
+
+/*
+ * One entry of auth.identities: a name (as logs, WHO and /metrics show
+ * it), how it proves itself, and what it may do on which names. The
+ * identity module looks identities up by secret and by name.
+ */
+struct config_identity {
+	char *name;	   /* 1..64 of [A-Za-z0-9._@:-] */
+	char *secret;	   /* wiped before free; "" when secret_file is set */
+	char *secret_file; /* an absolute path; "" when secret is set */
+	char *names[CONFIG_MAX_PREFIXES]; /* name prefixes; "" every name */
+	int nnames;
+	int rights; /* CONFIG_RIGHT_* */
+	int line;   /* its line in the file, for errors found later */
+};
+
+struct config_identities {
+	struct config_identity *v; /* NULL when there are none */
+	int n;
+};
+
 struct config_auth {
 	char *secret; /* "" = no AUTH; wiped before free */
 	char *secret_file;
 	char *admin_secret;	 /* "" = no admins (REVOKE refused); wiped */
 	char *admin_secret_file; /* wins over admin_secret when set */
+	struct config_identities identities; /* key "identities" */
 };
 
 struct config_log {

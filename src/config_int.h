@@ -6,6 +6,7 @@
 #ifndef LB_CONFIG_INT_H
 #define LB_CONFIG_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,7 @@ enum config_type {
 	CT_STRING, /* char *, vetted by check if set */
 	CT_LIST,   /* char *[max] + int count; list or array of strings */
 	CT_MODE,   /* int from a string of octal digits such as "0660" */
+	CT_IDENTS, /* struct config_identities; a list of groups */
 };
 
 #define KF_RELOAD 0x1 /* may change on SIGHUP */
@@ -83,6 +85,24 @@ void config_str_free(const struct config_key *k, char *s);
 int config_walk(struct config_load *ld, const config_setting_t *root);
 /* config_keys.c: config_order[]'s pairs, blaming the key the file set. */
 int config_check_order(struct config_load *ld);
+
+/* config_keys.c: a secret's file as a path: absolute, or a credential
+ * name under $CREDENTIALS_DIRECTORY (NULL and an error in ld if neither). */
+char *config_cred_path(struct config_load *ld, const char *key,
+    const config_setting_t *s, const char *v);
+
+/* config_ident.c: auth.identities, each group checked, into k's field. */
+int config_ident_set(struct config_load *ld, const struct config_key *k,
+    const config_setting_t *s);
+/* config_ident.c: no two inline secrets alike (auth.secret's included). */
+int config_ident_check(struct config_load *ld);
+/* config_ident.c: every identity's strings freed, secrets wiped. */
+void config_ident_free(struct config_identities *ids);
+/* config_ident.c: the same identities, in the same order. */
+bool config_ident_equal(
+    const struct config_identities *a, const struct config_identities *b);
+/* config_ident.c: wipe the inline secrets in libconfig's own tree. */
+void config_ident_wipe_tree(config_t *lc);
 
 /* config_parse.c: text into lc, or an error in ld. */
 int config_parse(struct config_load *ld, config_t *lc, const char *text);

@@ -36,6 +36,7 @@ static const char *const config_expect[] = {
 	[CT_STRING] = "a string",
 	[CT_LIST] = "a list of strings",
 	[CT_MODE] = "a string of octal digits such as \"0660\"",
+	[CT_IDENTS] = "a list of groups",
 };
 
 #define OFF(f) offsetof(struct config, f)
@@ -73,6 +74,12 @@ static const char *const config_expect[] = {
 	{                                                                      \
 		.name = n, .type = CT_MODE, .flags = fl, .off = OFF(f),        \
 		.idef = d, .min = 0, .max = 0777                               \
+	}
+
+#define K_IDENTS(n, f, fl)                                                     \
+	{                                                                      \
+		.name = n, .type = CT_IDENTS, .flags = fl, .off = OFF(f),      \
+		.max = CONFIG_MAX_IDENTITIES                                   \
 	}
 
 #define R KF_RELOAD
@@ -221,6 +228,7 @@ const struct config_key config_keys[] = {
 	K_STR("auth.admin_secret", auth.admin_secret, "", NULL, R | S),
 	K_STR(
 	    "auth.admin_secret_file", auth.admin_secret_file, "", NULL, R | C),
+	K_IDENTS("auth.identities", auth.identities, R | S),
 
 	K_STR("log.level", log.level, "info", config_check_level, R),
 	K_BOOL("log.syslog", log.syslog, 0, 0),
@@ -352,8 +360,8 @@ config_set_bool(struct config_load *ld, const struct config_key *k,
  * variable the name is refused, not read from whatever directory the daemon
  * was started in, so -t, a start and a reload all mean the same file.
  */
-static char *
-config_cred_path(struct config_load *ld, const struct config_key *k,
+char *
+config_cred_path(struct config_load *ld, const char *key,
     const config_setting_t *s, const char *v)
 {
 	const char *dir = getenv("CREDENTIALS_DIRECTORY");
@@ -364,12 +372,12 @@ config_cred_path(struct config_load *ld, const struct config_key *k,
 		return xstrdup(v);
 	if (strchr(v, '/') != NULL || strcmp(v, ".") == 0 ||
 	    strcmp(v, "..") == 0) {
-		config_error(ld, s, k->name,
+		config_error(ld, s, key,
 		    "must be an absolute path or a credential name (no \"/\")");
 		return NULL;
 	}
 	if (dir == NULL || dir[0] == '\0') {
-		config_error(ld, s, k->name,
+		config_error(ld, s, key,
 		    "\"%s\" is a credential name, but CREDENTIALS_DIRECTORY is "
 		    "not set (run under systemd with LoadCredential=, or give "
 		    "an absolute path)",
@@ -397,7 +405,7 @@ config_set_string(struct config_load *ld, const struct config_key *k,
 	if (k->check != NULL && (why = k->check(v)) != NULL)
 		return config_error(ld, s, k->name, "%s", why);
 	if (k->flags & KF_CRED)
-		copy = config_cred_path(ld, k, s, v);
+		copy = config_cred_path(ld, k->name, s, v);
 	else
 		copy = xstrdup(v);
 	if (copy == NULL)
@@ -483,6 +491,8 @@ config_set(struct config_load *ld, ptrdiff_t i, const config_setting_t *s)
 		return config_set_list(ld, k, s);
 	case CT_MODE:
 		return config_set_mode(ld, k, s);
+	case CT_IDENTS:
+		return config_ident_set(ld, k, s);
 	}
 	return config_error(ld, s, k->name, "unhandled type");
 }

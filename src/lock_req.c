@@ -498,7 +498,18 @@ lock_mode_name(enum lock_mode mode, unsigned limit)
 	return buf;
 }
 
-/* A WHO entry: "<mode> <broker> <id>@<peer> <unix ms>". */
+void
+lockreq_owner_ident(struct lock_owner *o, const char *ident)
+{
+	o->ident = ident;
+}
+
+/*
+ * A WHO entry: "<mode> <broker> [<ident>/]<id>@<peer> <unix ms>". The
+ * identity goes in front of the client's word, not in a word of its own,
+ * so a reader of the five words of before reads it still; an identity
+ * has no "/", so the first one ends it.
+ */
 void
 lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
     uint64_t since_ms, char *info, size_t len)
@@ -509,6 +520,10 @@ lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
 	util_cat(&p, end, " ");
 	util_cat(&p, end, broker);
 	util_cat(&p, end, " ");
+	if (o != NULL && o->ident != NULL) {
+		util_cat(&p, end, o->ident);
+		util_cat(&p, end, "/");
+	}
 	util_cat_u64(&p, end, o != NULL ? o->id : 0);
 	util_cat(&p, end, "@");
 	util_cat(&p, end, o != NULL && o->peer != NULL ? o->peer : "-");
@@ -519,7 +534,7 @@ lockreq_info(const struct lock_owner *o, enum lock_mode mode, unsigned limit,
 /*
  * What the scripts need for req's try; info (for WHO) says how it holds,
  * which broker and client, and since when on the wall clock: "<mode>
- * <broker> <id>@<peer> <unix ms>".
+ * <broker> [<ident>/]<id>@<peer> <unix ms>".
  */
 void
 lockreq_ask(const struct lock_req *req, uint64_t mark_ms, struct lockdb_ask *a,

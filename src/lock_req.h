@@ -81,7 +81,12 @@ struct lock_owner {
 	unsigned nholds;
 	struct lock_req *pending; /* the request in flight, or NULL */
 	const char *peer;	  /* for WHO: "ip:port", "unix" */
+	const char *ident;	  /* for WHO: whom AUTH let in; NULL: nobody */
 };
+
+/* The owner's identity from now on, as WHO shows it (the string must
+ * outlive its holds; NULL: none). */
+void lockreq_owner_ident(struct lock_owner *o, const char *ident);
 
 /* "EXCLUSIVE", "FILL", "SHARED" or "LIMIT=<n>", as WHO and LOCKS show it. */
 const char *lock_mode_name(enum lock_mode mode, unsigned limit);
@@ -242,12 +247,13 @@ void lockreq_answer_err(
 void lockreq_answer_db_error(
     struct lock_req *req, const struct lockdb_reply *r);
 
-/* The scripts' view of req's try; info is filled (LOCKREQ_INFO bytes). */
-#define LOCKREQ_INFO 256
+/* The scripts' view of req's try; info is filled (LOCKREQ_INFO bytes):
+ * room for an identity's 64 bytes besides the rest. */
+#define LOCKREQ_INFO 320
 void lockreq_ask(const struct lock_req *req, uint64_t mark_ms,
     struct lockdb_ask *a, char *info, size_t len);
-/* A WHO entry: "<mode> <broker> <id>@<peer> <since, unix ms>" (o may be
- * NULL). */
+/* A WHO entry: "<mode> <broker> [<ident>/]<id>@<peer> <since, unix ms>"
+ * (o may be NULL). */
 void lockreq_info(const struct lock_owner *o, enum lock_mode mode,
     unsigned limit, uint64_t since_ms, char *info, size_t len);
 

@@ -16,6 +16,7 @@
 #include <event2/http.h>
 
 #include "config.h"
+#include "identity.h"
 #include "lb_build.h"
 #include "lock.h"
 #include "lockdb.h"
@@ -246,10 +247,46 @@ metrics_info_nodes(struct evbuffer *out)
 	metrics_node_each(metrics_node_info, &mi);
 }
 
+/* One series of each identity's counter (value: its requests or denied). */
+static void
+metrics_ident_series(
+    struct evbuffer *out, const char *name, const char *help, bool denied)
+{
+	const struct ident *id;
+
+	evbuffer_add_printf(out,
+	    "# HELP lockbroker_%s %s\n# TYPE lockbroker_%s counter\n", name,
+	    help, name);
+	for (int i = 0; i < ident_table_size(); i++) {
+		id = ident_table_at(i);
+		if (id->secret[0] != '\0')
+			evbuffer_add_printf(out,
+			    "lockbroker_%s{identity=\"%s\"} %" PRIu64 "\n",
+			    name, id->name, denied ? id->denied : id->requests);
+	}
+}
+
+/*
+ * Per identity: the label's values come from the configuration only
+ * (names of 1-64 bytes that need no escaping), so the series are as many
+ * as its identities, whatever clients send.
+ */
+static void
+metrics_identities(struct evbuffer *out)
+{
+	if (!ident_any())
+		return;
+	metrics_ident_series(out, "identity_requests_total",
+	    "commands each identity sent after AUTH", false);
+	metrics_ident_series(out, "identity_denied_total",
+	    "commands refused with ERR DENIED, per identity", true);
+}
+
 void
 metrics_render(struct evbuffer *out)
 {
 	metrics_counters(out);
+	metrics_identities(out);
 	metrics_histograms(out);
 	metrics_nodes(out);
 	metrics_process(out);

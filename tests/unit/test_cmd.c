@@ -47,6 +47,41 @@ setup(void)
 	setup_with("", "");
 }
 
+/* One entry of auth.identities, made by hand (cmd_init reads it). */
+static void
+add_ident(const char *name, const char *secret, const char *prefix, int rights)
+{
+	struct config_identities *ids = &cf.auth.identities;
+	struct config_identity *id;
+
+	ids->v = realloc(ids->v, (size_t)(ids->n + 1) * sizeof *ids->v);
+	id = &ids->v[ids->n++];
+	memset(id, 0, sizeof *id);
+	id->name = strdup(name);
+	id->secret = strdup(secret);
+	id->secret_file = strdup("");
+	id->names[id->nnames++] = strdup(prefix);
+	id->rights = rights;
+}
+
+/* "billing" may lock under billing/, "auditor" read and revoke under
+ * billing/, besides the admin secret of before. */
+static void
+setup_idents(void)
+{
+	config_defaults(&cf);
+	free(cf.auth.admin_secret);
+	cf.auth.admin_secret = strdup("root");
+	add_ident("billing", "b1ll", "billing/", CONFIG_RIGHT_LOCK);
+	add_ident("auditor", "aud1t", "billing/",
+	    CONFIG_RIGHT_READ | CONFIG_RIGHT_REVOKE);
+	cf.limits.max_locks_per_client = 1;
+	base = event_base_new();
+	redisc_init(base, &cf.redis);
+	lock_init(base, &cf);
+	cmd_init(&cf, NULL);
+}
+
 static void
 setup_auth(void)
 {
@@ -280,6 +315,48 @@ static const struct cmd_case admin_cases[] = {
 	{ "AUTH anything", "ERR AUTH wrong secret\n", CMD_CLOSE },
 };
 
+/* Identities: each request outside its rights is ERR DENIED, at once. */
+static const struct cmd_case ident_cases[] = {
+	{ "ACQUIRE billing/x", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "AUTH b1ll\nACQUIRE ops/x",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nACQUIRE billing", /* a prefix, not a word */
+	    "OK\nERR DENIED billing may not lock billing\n", CMD_DONE },
+	{ "AUTH b1ll\nFILL ops/x TTL 100",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nRELEASE ops/x",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nEXTEND ops/x 1000",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nVALIDATE ops/x 7",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nWHO billing/x",
+	    "OK\nERR DENIED billing may not read billing/x\n", CMD_DONE },
+	{ "AUTH b1ll\nSTATUS billing/x",
+	    "OK\nERR DENIED billing may not read billing/x\n", CMD_DONE },
+	{ "AUTH b1ll\nREVOKE billing/x",
+	    "OK\nERR DENIED billing may not revoke billing/x\n", CMD_DONE },
+	{ "AUTH aud1t\nACQUIRE billing/x",
+	    "OK\nERR DENIED auditor may not lock billing/x\n", CMD_DONE },
+	{ "AUTH aud1t\nWHO ops/x",
+	    "OK\nERR DENIED auditor may not read ops/x\n", CMD_DONE },
+	{ "AUTH aud1t\nREVOKE ops/x",
+	    "OK\nERR DENIED auditor may not revoke ops/x\n", CMD_DONE },
+	{ "AUTH b1ll\nLOCKS\nPING\nCANCEL", "OK\nEND\nPONG\nOK\n", CMD_DONE },
+	{ "AUTH b1ll\nAUTH aud1t\nACQUIRE billing/x",
+	    "OK\nOK\nERR DENIED auditor may not lock billing/x\n", CMD_DONE },
+	{ "AUTH b1ll\nAUTH nope", "OK\nERR AUTH wrong secret\n", CMD_CLOSE },
+	/* The right is checked before the options: nothing else is said. */
+	{ "AUTH b1ll\nACQUIRE ops/x TTL soon",
+	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
+};
+
+START_TEST(test_idents)
+{
+	check_case(&ident_cases[_i]);
+}
+END_TEST
+
 START_TEST(test_admin)
 {
 	check_case(&admin_cases[_i]);
@@ -299,6 +376,7 @@ cmd_suite(void)
 	TCase *tc = tcase_create("open");
 	TCase *ta = tcase_create("auth");
 	TCase *tm = tcase_create("admin");
+	TCase *ti = tcase_create("identities");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_sync_replies, 0, nitems(sync_cases));
@@ -312,6 +390,9 @@ cmd_suite(void)
 	tcase_add_checked_fixture(tm, setup_admin, teardown);
 	tcase_add_loop_test(tm, test_admin, 0, nitems(admin_cases));
 	suite_add_tcase(s, tm);
+	tcase_add_checked_fixture(ti, setup_idents, teardown);
+	tcase_add_loop_test(ti, test_idents, 0, nitems(ident_cases));
+	suite_add_tcase(s, ti);
 	return s;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "identity.h"
 
 #define nitems(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -238,7 +239,11 @@ static const char full_conf[] =
     "};\n"
     "auth = { secret = \"s3cret\"; secret_file = \"/etc/lockbroker/secret\";\n"
     "  admin_secret = \"adm1n\";\n"
-    "  admin_secret_file = \"/etc/lockbroker/admin\"; };\n"
+    "  admin_secret_file = \"/etc/lockbroker/admin\";\n"
+    "  identities = ( { name = \"billing\"; secret = \"b1ll\";\n"
+    "    names = [ \"billing/\", \"invoices.\" ]; rights = [ \"lock\" ]; },\n"
+    "    { name = \"ops\"; secret_file = \"/etc/lockbroker/ops\";\n"
+    "      names = [ \"*\" ]; rights = [ \"read\", \"revoke\" ]; } ); };\n"
     "log = { level = \"debug\"; syslog = true; };\n"
     "metrics = { enabled = true; address = \"0.0.0.0\"; port = 19878; };\n";
 
@@ -293,6 +298,22 @@ START_TEST(test_full_file)
 	ck_assert_str_eq(cf.auth.secret_file, "/etc/lockbroker/secret");
 	ck_assert_str_eq(cf.auth.admin_secret, "adm1n");
 	ck_assert_str_eq(cf.auth.admin_secret_file, "/etc/lockbroker/admin");
+	ck_assert_int_eq(cf.auth.identities.n, 2);
+	ck_assert_str_eq(cf.auth.identities.v[0].name, "billing");
+	ck_assert_str_eq(cf.auth.identities.v[0].secret, "b1ll");
+	ck_assert_str_eq(cf.auth.identities.v[0].secret_file, "");
+	ck_assert_int_eq(cf.auth.identities.v[0].nnames, 2);
+	ck_assert_str_eq(cf.auth.identities.v[0].names[0], "billing/");
+	ck_assert_str_eq(cf.auth.identities.v[0].names[1], "invoices.");
+	ck_assert_int_eq(cf.auth.identities.v[0].rights, CONFIG_RIGHT_LOCK);
+	ck_assert_int_eq(cf.auth.identities.v[0].line, 49);
+	ck_assert_str_eq(cf.auth.identities.v[1].name, "ops");
+	ck_assert_str_eq(cf.auth.identities.v[1].secret, "");
+	ck_assert_str_eq(
+	    cf.auth.identities.v[1].secret_file, "/etc/lockbroker/ops");
+	ck_assert_str_eq(cf.auth.identities.v[1].names[0], ""); /* "*" */
+	ck_assert_int_eq(cf.auth.identities.v[1].rights,
+	    CONFIG_RIGHT_READ | CONFIG_RIGHT_REVOKE);
 	ck_assert_str_eq(cf.log.level, "debug");
 	ck_assert(cf.log.syslog);
 	ck_assert(cf.metrics.enabled);
@@ -313,6 +334,7 @@ expect_reloadable(const char *key)
 	    strcmp(key, "auth.secret_file") == 0 ||
 	    strcmp(key, "auth.admin_secret") == 0 ||
 	    strcmp(key, "auth.admin_secret_file") == 0 ||
+	    strcmp(key, "auth.identities") == 0 ||
 	    strcmp(key, "redis.password") == 0 ||
 	    strcmp(key, "redis.password_file") == 0;
 }
@@ -330,7 +352,7 @@ START_TEST(test_diff_every_key)
 	    load_text(&b, full_conf, path, sizeof path, err, sizeof err) == 0,
 	    "%s", err);
 	config_diff(&a, &b, seen_fn, &s);
-	ck_assert_int_eq(s.n, 44); /* every row of config_keys[] */
+	ck_assert_int_eq(s.n, 45); /* every row of config_keys[] */
 	for (i = 0; i < s.n; i++) {
 		ck_assert_int_eq(seen_find(&s, s.key[i]), i);
 		ck_assert_msg(s.reloadable[i] == expect_reloadable(s.key[i]),
@@ -591,6 +613,69 @@ static const struct bad {
 	    "must be an absolute path or a credential name (no \"/\")" },
 	{ "auth = { secret_file = \"..\"; };\n", 1, "auth.secret_file",
 	    "must be an absolute path or a credential name" },
+	/* auth.identities: each member checked, with its line. */
+	{ "auth = { identities = { name = \"a\"; }; };\n", 1, "auth.identities",
+	    "expected a list of groups" },
+	{ "auth = { identities = ( \"a\" ); };\n", 1, "auth.identities[0]",
+	    "expected a group" },
+	{ "auth = { identities = (\n  { name = \"a\"; secret = \"x\";\n"
+	  "    names = [ \"a/\" ]; rights = [ \"lock\" ];\n"
+	  "    right = [ \"read\" ]; } ); };\n",
+	    4, "auth.identities[0].right", "unknown key" },
+	{ "auth = { identities = (\n  { secret = \"x\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    2, "auth.identities[0].name", "missing" },
+	{ "auth = { identities = ( { name = \"a b\"; secret = \"x\"; "
+	  "names = [ \"*\" ]; rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0].name", "may hold only letters" },
+	{ "auth = { identities = ( { name = \"admin\"; secret = \"x\"; "
+	  "names = [ \"*\" ]; rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0].name", "are the names of auth.secret" },
+	{ "auth = { identities = ( { name = \"a\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0]", "needs secret or secret_file" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\"; "
+	  "secret_file = \"/x\"; names = [ \"*\" ]; rights = [ \"lock\" ]; "
+	  "} ); };\n",
+	    1, "auth.identities[0]", "needs secret or secret_file, one" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"\"; "
+	  "names = [ \"*\" ]; rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0]", "an empty secret" },
+	{ "auth = { identities = ( { name = \"a\"; secret_file = \"a.s\"; "
+	  "names = [ \"*\" ]; rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0].secret_file", "CREDENTIALS_DIRECTORY" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\"; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[0].names", "missing" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\";\n"
+	  "  names = [ ]; rights = [ \"lock\" ]; } ); };\n",
+	    2, "auth.identities[0].names", "1 to 16 strings" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\";\n"
+	  "  names = [ \"a b\" ]; rights = [ \"lock\" ]; } ); };\n",
+	    2, "auth.identities[0].names", "must not contain spaces" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\";\n"
+	  "  names = [ \"*\" ]; } ); };\n",
+	    1, "auth.identities[0].rights", "missing" },
+	{ "auth = { identities = ( { name = \"a\"; secret = \"x\";\n"
+	  "  names = [ \"*\" ];\n  rights = [ \"lock\", \"write\" ]; } ); };\n",
+	    3, "auth.identities[0].rights", "expected \"lock\", \"read\"" },
+	{ "auth = { identities = (\n"
+	  "  { name = \"a\"; secret = \"x\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; },\n"
+	  "  { name = \"a\"; secret = \"y\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    3, "auth.identities[1].name", "already the name of" },
+	{ "auth = { identities = (\n"
+	  "  { name = \"a\"; secret = \"x\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; },\n"
+	  "  { name = \"b\"; secret = \"x\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    3, "auth.identities[1].secret",
+	    "the same secret as auth.identities[0] (\"a\")" },
+	{ "auth = { secret = \"x\";\n  identities = (\n"
+	  "  { name = \"b\"; secret = \"x\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    3, "auth.identities[0].secret", "the same secret as auth.secret" },
 };
 
 /* Each bad file: -1, nothing allocated, "FILE:LINE: KEY: why". */
@@ -730,6 +815,136 @@ START_TEST(test_credentials)
 }
 END_TEST
 
+/* A file under tmpdir holding one secret line; its path goes to path. */
+static void
+write_secret(const char *name, const char *secret, char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/%s", tmpdir, name);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fprintf(f, "%s\n", secret);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Two identities of auth.identities, one from a file, as text. */
+static void
+ident_conf(char *out, size_t len, const char *second, const char *file)
+{
+	int n = snprintf(out, len,
+	    "auth = { secret = \"user\"; admin_secret = \"root\";\n"
+	    "  identities = (\n"
+	    "    { name = \"billing\"; secret = \"b1ll\";\n"
+	    "      names = [ \"billing/\", \"inv.\" ]; rights = [ \"lock\" ]; },\n"
+	    "    { name = \"%s\"; secret_file = \"%s\";\n"
+	    "      names = [ \"*\" ]; rights = [ \"read\", \"revoke\" ]; } );\n"
+	    "};\n",
+	    second, file);
+
+	ck_assert(n > 0 && (size_t)n < len);
+}
+
+/* Load text and make the identity table of it (cf stays loaded). */
+static bool
+ident_load_text(struct config *cf, const char *text)
+{
+	char path[PATH_MAX], err[512];
+
+	ck_assert_msg(
+	    load_text(cf, text, path, sizeof path, err, sizeof err) == 0, "%s",
+	    err);
+	return ident_load(cf);
+}
+
+/*
+ * The identities in force: found by secret and by name, each one's
+ * rights only under its prefixes; the two secrets of before are "default"
+ * and "admin" on every name.
+ */
+START_TEST(test_identities)
+{
+	struct config cf;
+	char text[PATH_MAX * 2], file[PATH_MAX];
+	struct ident *b, *o;
+
+	write_secret("ops.secret", "0ps", file, sizeof file);
+	ident_conf(text, sizeof text, "ops", file);
+	ck_assert(ident_load_text(&cf, text));
+	ck_assert(ident_required());
+	ck_assert_ptr_nonnull(b = ident_by_secret("b1ll"));
+	ck_assert_str_eq(b->name, "billing");
+	ck_assert_ptr_eq(ident_by_name("billing"), b);
+	ck_assert_ptr_nonnull(o = ident_by_secret("0ps"));
+	ck_assert_str_eq(o->name, "ops");
+	ck_assert_ptr_null(ident_by_secret("b1l"));
+	ck_assert_ptr_null(ident_by_secret(""));
+	ck_assert_str_eq(ident_by_secret("user")->name, "default");
+	ck_assert_str_eq(ident_by_secret("root")->name, "admin");
+
+	ck_assert(ident_allows(b, CONFIG_RIGHT_LOCK, "billing/x"));
+	ck_assert(ident_allows(b, CONFIG_RIGHT_LOCK, "inv.2026"));
+	ck_assert(!ident_allows(b, CONFIG_RIGHT_LOCK, "billing"));
+	ck_assert(!ident_allows(b, CONFIG_RIGHT_LOCK, "ops/x"));
+	ck_assert(!ident_allows(b, CONFIG_RIGHT_READ, "billing/x"));
+	ck_assert(!ident_allows(b, CONFIG_RIGHT_REVOKE, "billing/x"));
+	ck_assert(ident_allows(o, CONFIG_RIGHT_READ, "anything"));
+	ck_assert(ident_allows(o, CONFIG_RIGHT_REVOKE, "billing/x"));
+	ck_assert(!ident_allows(o, CONFIG_RIGHT_LOCK, "billing/x"));
+	ck_assert(ident_allows(
+	    ident_by_secret("user"), CONFIG_RIGHT_LOCK, "anything"));
+	ck_assert(!ident_allows(
+	    ident_by_secret("user"), CONFIG_RIGHT_REVOKE, "anything"));
+	ck_assert(ident_allows(
+	    ident_by_secret("root"), CONFIG_RIGHT_REVOKE, "anything"));
+	ck_assert(ident_allows(NULL, CONFIG_RIGHT_LOCK, "anything"));
+	ck_assert(!ident_allows(NULL, CONFIG_RIGHT_REVOKE, "anything"));
+	ident_shutdown();
+	config_free(&cf);
+}
+END_TEST
+
+/*
+ * A reload keeps an identity of the same name as the same object, with
+ * its new secret; one it drops is gone (its connections close), and a
+ * file secret equal to another's is refused with the table kept.
+ */
+START_TEST(test_identities_reload)
+{
+	struct config cf;
+	char text[PATH_MAX * 2], file[PATH_MAX], dup[PATH_MAX];
+	struct ident *b, *o;
+
+	write_secret("ops.secret", "0ps", file, sizeof file);
+	write_secret("dup.secret", "b1ll", dup, sizeof dup);
+	ident_conf(text, sizeof text, "ops", file);
+	ck_assert(ident_load_text(&cf, text));
+	b = ident_ref(ident_by_secret("b1ll"));
+	o = ident_ref(ident_by_secret("0ps"));
+	config_free(&cf);
+
+	write_secret("ops.secret", "0ps2", file, sizeof file);
+	ident_conf(text, sizeof text, "audit", file);
+	ck_assert(ident_load_text(&cf, text));
+	ck_assert_ptr_eq(ident_by_secret("b1ll"), b);
+	ck_assert(!b->gone);
+	ck_assert(o->gone);
+	ck_assert(!ident_allows(o, CONFIG_RIGHT_READ, "x"));
+	ck_assert_ptr_null(ident_by_name("ops"));
+	ck_assert_str_eq(ident_by_secret("0ps2")->name, "audit");
+	config_free(&cf);
+
+	ident_conf(text, sizeof text, "dup", dup);
+	ck_assert(!ident_load_text(&cf, text));
+	ck_assert_str_eq(ident_by_secret("0ps2")->name, "audit");
+	ck_assert_ptr_null(ident_by_name("dup"));
+	config_free(&cf);
+
+	ident_unref(b);
+	ident_unref(o);
+	ident_shutdown();
+}
+END_TEST
+
 /* A reload swaps both admin keys in, and hands the old values back. */
 START_TEST(test_apply_admin)
 {
@@ -795,6 +1010,8 @@ config_suite(void)
 	tcase_add_test(tc, test_big_numbers_elsewhere);
 	tcase_add_test(tc, test_admin_secret);
 	tcase_add_test(tc, test_credentials);
+	tcase_add_test(tc, test_identities);
+	tcase_add_test(tc, test_identities_reload);
 	tcase_add_test(tc, test_example_conf);
 	suite_add_tcase(s, tc);
 
