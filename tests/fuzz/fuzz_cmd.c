@@ -34,6 +34,22 @@ fuzz_resume(struct session *s)
 	resumed = true;
 }
 
+/* An identity that may lock and read team/ only, so the rights check and
+ * re-AUTH are reached too (corpus/identity). */
+static void
+fuzz_identity(void)
+{
+	struct config_identity *id = calloc(1, sizeof *id);
+
+	id->name = strdup("team");
+	id->secret = strdup("fuzz-team");
+	id->secret_file = strdup("");
+	id->names[id->nnames++] = strdup("team/");
+	id->rights = CONFIG_RIGHT_LOCK | CONFIG_RIGHT_READ;
+	cf.auth.identities.v = id;
+	cf.auth.identities.n = 1;
+}
+
 static void
 fuzz_init(void)
 {
@@ -41,6 +57,7 @@ fuzz_init(void)
 	config_defaults(&cf);
 	free(cf.auth.secret);
 	cf.auth.secret = strdup("fuzz-secret");
+	fuzz_identity();
 	cf.limits.max_waiters = 100; /* bounds the releases kept for Redis */
 	base = event_base_new();
 	redisc_init(base, &cf.redis);
