@@ -28,10 +28,12 @@
 #include <event2/event.h>
 
 #include "client.h"
+#include "client_int.h"
 #include "cmd.h"
 #include "config.h"
 #include "log.h"
 #include "stats.h"
+#include "tls.h"
 #include "util.h"
 #include "xmalloc.h"
 
@@ -40,28 +42,6 @@
 #define CLIENT_MAX_OUTPUT (4 * 1024 * 1024)
 /* Before AUTH a line is short: AUTH, PING, HELP and QUIT need no more. */
 #define CLIENT_PREAUTH_LINE 128
-/* One read(2) takes at most this much; the socket stays readable for more. */
-#define CLIENT_READ_SIZE 4096
-
-struct client {
-	TAILQ_ENTRY(client) entry;
-	struct session s;
-	evutil_socket_t fd;
-	struct evbuffer *in;
-	struct evbuffer *out;
-	struct event *read_ev;
-	struct event *write_ev;	  /* activated to flush; added while blocked */
-	struct event *process_ev; /* runs client_process from the loop */
-	char peer[INET6_ADDRSTRLEN + 8];
-	bool busy;		/* a request is in flight */
-	bool closing;		/* flush the output, then free */
-	bool eof;		/* the peer is done sending; finish, close */
-	bool quit;		/* closed by QUIT (or AUTH), not vanished */
-	bool ended;		/* its session (locks, wait) is over */
-	struct event *timer_ev; /* auth_timeout_s and idle_timeout_s */
-	uint64_t accepted_ms;
-	uint64_t active_ms; /* when it last sent anything */
-};
 
 static struct {
 	struct event_base *base;
@@ -74,7 +54,6 @@ static struct {
 } cl;
 
 static void client_cancel_early(struct client *c);
-static void client_free(struct client *c, bool vanished);
 static void client_drop(struct client *c, const char *why);
 
 static void
@@ -251,7 +230,7 @@ client_cancel_early(struct client *c)
 }
 
 /* New input: run what it completes, unless too much waits behind a wait. */
-static void
+void
 client_input(struct client *c)
 {
 	c->active_ms = mono_ms();
@@ -273,7 +252,7 @@ client_input(struct client *c)
  * End of input still gets the requests already read answered; an error
  * means nobody can read the answers, so the client goes at once.
  */
-static void
+void
 client_eof(struct client *c)
 {
 	event_del(c->read_ev);
@@ -290,7 +269,7 @@ client_eof(struct client *c)
 }
 
 /* A socket error: nobody can read the answers, so the client goes now. */
-static void
+void
 client_error(struct client *c)
 {
 	log_debug("client %" PRIu64 " [%s]: %s", c->s.id, c->peer,
@@ -310,6 +289,10 @@ client_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct client *c = arg;
 	ssize_t n;
 
+	if (c->tls != NULL) {
+		client_tls_read(c);
+		return;
+	}
 	n = read(fd, buf, sizeof buf);
 	if (n > 0) {
 		if (evbuffer_add(c->in, buf, (size_t)n) != 0)
@@ -332,8 +315,13 @@ client_write_cb(evutil_socket_t fd, short what, void *arg)
 	struct client *c = arg;
 	size_t left;
 
-	if (evbuffer_get_length(c->out) > 0 && evbuffer_write(c->out, fd) < 0 &&
-	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+	if (c->tls != NULL) {
+		/* Freed, or a handshake that arms its own events. */
+		if (!client_tls_write(c) || c->handshaking)
+			return;
+	} else if (evbuffer_get_length(c->out) > 0 &&
+	    evbuffer_write(c->out, fd) < 0 && errno != EAGAIN &&
+	    errno != EWOULDBLOCK && errno != EINTR) {
 		client_error(c);
 		return;
 	}
@@ -393,7 +381,7 @@ client_timer_arm(struct client *c, uint64_t now)
 	uint64_t next = UINT64_MAX, at;
 	struct timeval tv;
 
-	if (!c->s.authed)
+	if (!c->s.authed || c->handshaking)
 		next = c->accepted_ms + (uint64_t)lim->auth_timeout_s * 1000;
 	if (lim->idle_timeout_s > 0) {
 		at = c->active_ms + (uint64_t)lim->idle_timeout_s * 1000;
@@ -416,6 +404,17 @@ client_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (c->closing)
 		return;
+	/* The handshake counts against the AUTH timeout: a peer that
+	 * stalls it holds a connection no longer than one that never
+	 * sends AUTH. */
+	if (c->handshaking &&
+	    now >= c->accepted_ms + (uint64_t)lim->auth_timeout_s * 1000) {
+		log_info("client %" PRIu64
+			 " [%s]: no TLS handshake within %d s",
+		    c->s.id, c->peer, lim->auth_timeout_s);
+		client_free(c, true);
+		return;
+	}
 	if (!c->s.authed &&
 	    now >= c->accepted_ms + (uint64_t)lim->auth_timeout_s * 1000) {
 		cmd_error(&c->s, PERR_NOAUTH, "no AUTH within %d s",
@@ -472,7 +471,8 @@ client_keepalive(evutil_socket_t fd)
 }
 
 void
-client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
+client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen,
+    struct tls_server *tls)
 {
 	struct client *c;
 	int one = 1;
@@ -504,6 +504,8 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 	client_peer_name(c->peer, sizeof c->peer, sa);
 	cmd_session_init(
 	    &c->s, ++cl.next_id, c->peer, c->out, client_resume, c);
+	if (tls != NULL)
+		client_tls_start(c, tls);
 	event_add(c->read_ev, NULL);
 	c->accepted_ms = c->active_ms = mono_ms();
 	client_timer_arm(c, c->accepted_ms);
@@ -515,7 +517,7 @@ client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen)
 }
 
 /* vanished: the peer went without QUIT; its locks get the lock delay. */
-static void
+void
 client_free(struct client *c, bool vanished)
 {
 	TAILQ_REMOVE(&cl.all, c, entry);
@@ -527,6 +529,7 @@ client_free(struct client *c, bool vanished)
 	event_free(c->write_ev);
 	evbuffer_free(c->in);
 	evbuffer_free(c->out);
+	tls_conn_free(c->tls); /* close_notify, before the socket closes */
 	evutil_closesocket(c->fd);
 	event_free(c->process_ev);
 	event_free(c->timer_ev);

@@ -14,8 +14,11 @@ struct event_base;
 struct config;
 
 void client_init(struct event_base *base, const struct config *cf);
-/* A new connection from the listener; the client module owns fd now. */
-void client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen);
+/* A new connection from the listener; the client module owns fd now.
+ * tls: the TLS listener's context (the handshake comes first), or NULL. */
+struct tls_server;
+void client_accept(evutil_socket_t fd, const struct sockaddr *sa, int salen,
+    struct tls_server *tls);
 /* Stop reading everywhere; each client goes once its replies are out. */
 void client_close_all(void);
 unsigned client_count(void);

@@ -84,6 +84,10 @@ enum cmd_result cmd_execute(struct session *s, char *line, size_t len);
 
 /* Whether an identity removed by a reload is the session's: the client
  * module then closes the connection. */
+/* The session let in as the identity a verified TLS client certificate
+ * names (client_tls.c), without AUTH; false if none does. */
+struct tls_conn;
+bool cmd_session_certified(struct session *s, const struct tls_conn *tc);
 bool cmd_session_gone(const struct session *s);
 
 /* Append "ERR <CODE> <text>" to the session's output. */

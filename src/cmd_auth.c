@@ -18,6 +18,7 @@
 #include "cmd_int.h"
 #include "config.h"
 #include "identity.h"
+#include "tls.h"
 #include "lock.h"
 #include "log.h"
 #include "stats.h"
@@ -67,14 +68,46 @@ cmd_auth_switch_ok(const struct session *s, const struct ident *id)
 
 /* Let id in: the session holds a reference to it, and WHO shows it. */
 static void
-cmd_auth_as(struct session *s, struct ident *id)
+cmd_let_in(struct session *s, struct ident *id)
 {
 	ident_unref(s->ident);
 	s->ident = ident_ref(id);
 	s->authed = true;
 	lockreq_owner_ident(&s->owner, id->name);
+}
+
+static void
+cmd_auth_as(struct session *s, struct ident *id)
+{
+	cmd_let_in(s, id);
 	log_info("client %" PRIu64 " [%s]: AUTH as %s", s->id, cmd_peer(s),
 	    id->name);
+}
+
+/* A name of the certificate that an identity's certificate is. */
+static bool
+cmd_cert_names(const char *name, void *arg)
+{
+	struct ident **id = arg;
+
+	return (*id = ident_by_certificate(name)) != NULL;
+}
+
+/*
+ * A client certificate that its handshake verified and that an identity
+ * names lets the connection in as that identity, without AUTH. One that
+ * no identity names (or none at all) leaves it to AUTH: a certificate
+ * alone grants nothing.
+ */
+bool
+cmd_session_certified(struct session *s, const struct tls_conn *tc)
+{
+	struct ident *id = NULL;
+
+	if (!tls_peer_names(tc, cmd_cert_names, &id))
+		return false;
+	cmd_let_in(s, id);
+	return true;
 }
 
 /* Right secret: OK; wrong: ERR AUTH, and the connection closes. The

@@ -169,6 +169,30 @@ config_check_sentinel(struct config_load *ld)
 	    "redis.sentinels and redis.master_name go together");
 }
 
+/* A TLS listener needs its certificate and key, and a client
+ * certificate policy other than none needs the CA that signs them. */
+static int
+config_check_tls(struct config_load *ld)
+{
+	const struct config_tls *t = &ld->cf->tls;
+	const char *name = NULL, *why = NULL;
+	const struct config_key *k;
+
+	if (t->port == 0)
+		return 0;
+	if (t->certificate[0] == '\0')
+		name = "tls.certificate", why = "needed with tls.port";
+	else if (t->key[0] == '\0')
+		name = "tls.key", why = "needed with tls.port";
+	else if (t->ca[0] == '\0' &&
+	    strcmp(t->client_certificates, "none") != 0)
+		name = "tls.ca", why = "needed with tls.client_certificates";
+	if (name == NULL)
+		return 0;
+	k = config_key_find("tls.port");
+	return config_error(ld, ld->where[k - config_keys], name, "%s", why);
+}
+
 /* libconfig's tree lives only this long: parse, check, copy out, wipe. */
 static int
 config_load_text(struct config_load *ld, const char *text)
@@ -190,6 +214,8 @@ config_load_text(struct config_load *ld, const char *text)
 		rv = config_ident_check(ld);
 	if (rv == 0)
 		rv = config_check_exposure(ld);
+	if (rv == 0)
+		rv = config_check_tls(ld);
 	config_wipe_tree(&lc);
 	config_ident_wipe_tree(&lc);
 	config_destroy(&lc);

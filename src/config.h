@@ -88,6 +88,7 @@ struct config_identity {
 	char *name;	   /* 1..64 of [A-Za-z0-9._@:-] */
 	char *secret;	   /* wiped before free; "" when secret_file is set */
 	char *secret_file; /* an absolute path; "" when secret is set */
+	char *certificate; /* a verified client certificate's name; "" none */
 	char *names[CONFIG_MAX_PREFIXES]; /* name prefixes; "" every name */
 	int nnames;
 	int rights; /* CONFIG_RIGHT_* */
@@ -112,6 +113,17 @@ struct config_log {
 	bool syslog; /* false */
 };
 
+/* The TLS listener, beside the plain ones (docs/operations.md, TLS). */
+struct config_tls {
+	char *address;	   /* "127.0.0.1" */
+	int port;	   /* 0 = no TLS listener, else 1..65535 */
+	char *certificate; /* PEM: the broker's, then its chain */
+	char *key;	   /* PEM; an absolute path or a credential name */
+	char *ca;	   /* PEM: who signs client certificates */
+	char *client_certificates; /* "none" | "optional" | "require" */
+	char *min_version;	   /* "TLSv1.2" | "TLSv1.3" */
+};
+
 struct config_metrics {
 	bool enabled;  /* false */
 	char *address; /* "127.0.0.1" */
@@ -127,6 +139,7 @@ struct config {
 	struct config_auth auth;
 	struct config_log log;
 	struct config_metrics metrics;
+	struct config_tls tls;
 };
 
 /* Fill *cf with every default. Never fails. */

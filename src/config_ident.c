@@ -19,7 +19,8 @@
 
 /* The members an identity's group may have. */
 static const char *const config_ident_members[] = { "name", "secret",
-	"secret_file", "names", "rights" };
+	"secret_file", "certificate", "names", "rights" };
+#define CONFIG_IDENT_MEMBERS 6
 
 /* The rights by their word in the file. */
 static const struct {
@@ -52,6 +53,7 @@ config_ident_clear(struct config_identity *id)
 	free(id->name);
 	freezero_str(id->secret);
 	free(id->secret_file);
+	free(id->certificate);
 	for (int i = 0; i < id->nnames; i++)
 		free(id->names[i]);
 	memset(id, 0, sizeof *id);
@@ -211,11 +213,11 @@ config_ident_members_known(
 
 	for (int j = 0; j < config_setting_length(g); j++) {
 		s = config_setting_get_elem(g, j);
-		for (m = 0; m < 5; m++)
+		for (m = 0; m < CONFIG_IDENT_MEMBERS; m++)
 			if (strcmp(config_setting_name(s),
 				config_ident_members[m]) == 0)
 				break;
-		if (m == 5)
+		if (m == CONFIG_IDENT_MEMBERS)
 			return config_error(ld, s,
 			    config_ident_key(
 				key, sizeof key, i, config_setting_name(s)),
@@ -250,7 +252,36 @@ config_ident_name(struct config_load *ld, const config_setting_t *g, int i,
 	return 0;
 }
 
-/* secret or secret_file: exactly one. */
+/* certificate: the name a verified client certificate gives (its
+ * subjectAltName DNS, URI or email entry, or its CN), one identity's. */
+static int
+config_ident_certificate(struct config_load *ld, const config_setting_t *g,
+    int i, struct config_identity *id, const struct config_identities *ids)
+{
+	const char *v;
+	char key[96];
+
+	if (config_ident_string(ld, g, i, "certificate", &v) != 0)
+		return -1;
+	id->certificate = xstrdup(v != NULL ? v : "");
+	if (v == NULL)
+		return 0;
+	config_ident_key(key, sizeof key, i, "certificate");
+	if (v[0] == '\0' || strlen(v) > 255)
+		return config_error(ld,
+		    config_setting_get_member(g, "certificate"), key,
+		    "must be 1 to 255 bytes");
+	for (int j = 0; j < ids->n; j++)
+		if (strcmp(ids->v[j].certificate, v) == 0)
+			return config_error(ld,
+			    config_setting_get_member(g, "certificate"), key,
+			    "\"%s\" is already the certificate of \"%s\"", v,
+			    ids->v[j].name);
+	return 0;
+}
+
+/* secret or secret_file: exactly one, or at most one with a
+ * certificate. */
 static int
 config_ident_secret(struct config_load *ld, const config_setting_t *g, int i,
     struct config_identity *id)
@@ -264,9 +295,12 @@ config_ident_secret(struct config_load *ld, const config_setting_t *g, int i,
 	    config_ident_string(ld, g, i, "secret_file", &fv) != 0)
 		return -1;
 	config_ident_key(key, sizeof key, i, NULL);
-	if ((sv == NULL) == (fv == NULL))
+	if (sv != NULL && fv != NULL)
 		return config_error(
-		    ld, g, key, "needs secret or secret_file, one of the two");
+		    ld, g, key, "needs secret or secret_file, not both");
+	if (sv == NULL && fv == NULL && id->certificate[0] == '\0')
+		return config_error(
+		    ld, g, key, "needs secret, secret_file or certificate");
 	if ((sv != NULL && sv[0] == '\0') || (fv != NULL && fv[0] == '\0'))
 		return config_error(ld, g, key, "an empty secret");
 	id->secret = xstrdup(sv != NULL ? sv : "");
@@ -293,6 +327,7 @@ config_ident_one(struct config_load *ld, const config_setting_t *g, int i,
 	id->line = (int)config_setting_source_line(g);
 	if (config_ident_members_known(ld, g, i) != 0 ||
 	    config_ident_name(ld, g, i, id, ids) != 0 ||
+	    config_ident_certificate(ld, g, i, id, ids) != 0 ||
 	    config_ident_secret(ld, g, i, id) != 0 ||
 	    config_ident_names(ld, g, i, id) != 0 ||
 	    config_ident_rights(ld, g, i, id) != 0)
@@ -390,6 +425,7 @@ config_ident_one_equal(
 	if (!config_ident_streq(a->name, b->name) ||
 	    !config_ident_streq(a->secret, b->secret) ||
 	    !config_ident_streq(a->secret_file, b->secret_file) ||
+	    !config_ident_streq(a->certificate, b->certificate) ||
 	    a->rights != b->rights || a->nnames != b->nnames)
 		return false;
 	for (int i = 0; i < a->nnames; i++)

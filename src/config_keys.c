@@ -163,6 +163,24 @@ config_check_hostport(const char *s)
 	return NULL;
 }
 
+/* Whether a TLS client must show a certificate (tls.h's policies). */
+static const char *
+config_check_tls_verify(const char *s)
+{
+	if (strcmp(s, "none") == 0 || strcmp(s, "optional") == 0 ||
+	    strcmp(s, "require") == 0)
+		return NULL;
+	return "must be \"none\", \"optional\" or \"require\"";
+}
+
+static const char *
+config_check_tls_version(const char *s)
+{
+	if (strcmp(s, "TLSv1.2") == 0 || strcmp(s, "TLSv1.3") == 0)
+		return NULL;
+	return "must be \"TLSv1.2\" or \"TLSv1.3\"";
+}
+
 /* Every key, once: name, type, where it lives, default, range, flags. */
 const struct config_key config_keys[] = {
 	K_STR("listen.address", listen.address, "127.0.0.1", NULL, 0),
@@ -232,6 +250,16 @@ const struct config_key config_keys[] = {
 
 	K_STR("log.level", log.level, "info", config_check_level, R),
 	K_BOOL("log.syslog", log.syslog, 0, 0),
+
+	K_STR("tls.address", tls.address, "127.0.0.1", NULL, 0),
+	K_INT("tls.port", tls.port, 0, 0, 65535, 0),
+	K_STR("tls.certificate", tls.certificate, "", NULL, R),
+	K_STR("tls.key", tls.key, "", NULL, R | C),
+	K_STR("tls.ca", tls.ca, "", NULL, R),
+	K_STR("tls.client_certificates", tls.client_certificates, "none",
+	    config_check_tls_verify, R),
+	K_STR("tls.min_version", tls.min_version, "TLSv1.2",
+	    config_check_tls_version, R),
 
 	K_BOOL("metrics.enabled", metrics.enabled, 0, 0),
 	K_STR("metrics.address", metrics.address, "127.0.0.1", NULL, 0),

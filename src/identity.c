@@ -40,6 +40,7 @@ ident_new(const char *name, char *secret, int rights, bool builtin)
 
 	id->name = xstrdup(name);
 	id->secret = secret;
+	id->certificate = xstrdup("");
 	id->rights = rights;
 	id->builtin = builtin;
 	id->refs = 1;
@@ -52,6 +53,7 @@ ident_free(struct ident *id)
 {
 	free(id->name);
 	freezero_str(id->secret);
+	free(id->certificate);
 	for (int i = 0; i < id->nnames; i++)
 		free(id->names[i]);
 	free(id);
@@ -135,6 +137,9 @@ ident_configured(const struct config *cf, struct ident_build *b)
 		    NULL)
 			return false;
 		id = ident_new(ci->name, secret, ci->rights, false);
+		free(id->certificate);
+		id->certificate =
+		    xstrdup(ci->certificate != NULL ? ci->certificate : "");
 		for (int j = 0; j < ci->nnames; j++)
 			id->names[id->nnames++] = xstrdup(ci->names[j]);
 		ident_add(b, id, ci->name, ci->line);
@@ -181,10 +186,12 @@ ident_update(struct ident *old, struct ident *fresh)
 	struct ident tmp = *old;
 
 	old->secret = fresh->secret;
+	old->certificate = fresh->certificate;
 	old->rights = fresh->rights;
 	old->nnames = fresh->nnames;
 	memcpy(old->names, fresh->names, sizeof old->names);
 	fresh->secret = tmp.secret;
+	fresh->certificate = tmp.certificate;
 	fresh->nnames = tmp.nnames;
 	memcpy(fresh->names, tmp.names, sizeof fresh->names);
 	ident_unref(fresh);
@@ -255,6 +262,16 @@ ident_by_secret(const char *secret)
 }
 
 struct ident *
+ident_by_certificate(const char *name)
+{
+	for (int i = 0; i < it.n; i++)
+		if (it.v[i]->certificate[0] != '\0' &&
+		    strcmp(it.v[i]->certificate, name) == 0)
+			return it.v[i];
+	return NULL;
+}
+
+struct ident *
 ident_by_name(const char *name)
 {
 	return ident_running(name);
@@ -264,7 +281,7 @@ bool
 ident_any(void)
 {
 	for (int i = 0; i < it.n; i++)
-		if (it.v[i]->secret[0] != '\0')
+		if (ident_usable(it.v[i]))
 			return true;
 	return false;
 }
@@ -273,7 +290,7 @@ bool
 ident_required(void)
 {
 	for (int i = 0; i < it.n; i++)
-		if (it.v[i]->secret[0] != '\0' &&
+		if (ident_usable(it.v[i]) &&
 		    strcmp(it.v[i]->name, "admin") != 0)
 			return true;
 	return false;
@@ -283,9 +300,15 @@ bool
 ident_any_right(int right)
 {
 	for (int i = 0; i < it.n; i++)
-		if (it.v[i]->secret[0] != '\0' && (it.v[i]->rights & right))
+		if (ident_usable(it.v[i]) && (it.v[i]->rights & right))
 			return true;
 	return false;
+}
+
+bool
+ident_usable(const struct ident *id)
+{
+	return id->secret[0] != '\0' || id->certificate[0] != '\0';
 }
 
 bool

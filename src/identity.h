@@ -20,7 +20,8 @@
 
 struct ident {
 	char *name;
-	char *secret; /* "" when it has none; wiped before free */
+	char *secret;	   /* "" when it has none; wiped before free */
+	char *certificate; /* the name a verified certificate gives; "" none */
 	char *names[CONFIG_MAX_PREFIXES]; /* prefixes; "" is every name */
 	int nnames;
 	int rights;    /* CONFIG_RIGHT_* */
@@ -42,7 +43,15 @@ void ident_shutdown(void);
 struct ident *ident_by_secret(const char *secret);
 /* The identity of that name, or NULL. */
 struct ident *ident_by_name(const char *name);
-/* Whether any identity has a secret (else AUTH is not needed). */
+/* The identity whose certificate is that name (one a verified client
+ * certificate gives), or NULL. */
+struct ident *ident_by_certificate(const char *name);
+/* Whether a connection can be let in as id: it has a secret, or a
+ * certificate name (the built-in ones have none when their key is not
+ * set). */
+bool ident_usable(const struct ident *id);
+/* Whether any identity can be had, by secret or certificate (else AUTH
+ * is not needed). */
 bool ident_any(void);
 /* Whether a connection must AUTH before its first command: auth.secret or
  * any of auth.identities is set (auth.admin_secret alone does not). */

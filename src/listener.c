@@ -1,7 +1,9 @@
 /*
  * listener: TCP and Unix stream sockets, handed to the client module on
- * accept. When accept fails for want of descriptors (EMFILE, ENFILE) the
- * listener pauses briefly instead of spinning on a socket it cannot serve.
+ * accept, and the TLS listener with its certificates (read again on
+ * reload; the running ones kept if the new ones are bad). When accept
+ * fails for want of descriptors (EMFILE, ENFILE) the listener pauses
+ * briefly instead of spinning on a socket it cannot serve.
  */
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,6 +33,7 @@
 #include "config.h"
 #include "listener.h"
 #include "log.h"
+#include "tls.h"
 
 #define LISTENER_MAX 8
 #define LISTENER_BACKOFF_MS 100
@@ -41,15 +44,42 @@ static struct {
 	struct evconnlistener *l[LISTENER_MAX];
 	int n;
 	struct event *resume_ev;
-	char *unix_path; /* removed again at close */
-	int metrics_fd;	 /* passed by systemd for metrics, or -1 */
+	char *unix_path;	/* removed again at close */
+	int metrics_fd;		/* passed by systemd for metrics, or -1 */
+	struct tls_server *tls; /* the TLS listener's certificates, or NULL */
 } ls;
 
 static void
 listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
     struct sockaddr *sa, int salen, void *arg)
 {
-	client_accept(fd, sa, salen);
+	client_accept(fd, sa, salen, NULL);
+}
+
+/* A TLS listener's client: its handshake under the certificates read
+ * last (a reload's new ones for connections made after it). */
+static void
+listener_tls_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
+    struct sockaddr *sa, int salen, void *arg)
+{
+	client_accept(fd, sa, salen, ls.tls);
+}
+
+/* tls.* read into a server context; NULL (err says why) if they are bad. */
+static struct tls_server *
+listener_tls_read(char *err, size_t len)
+{
+	const struct config_tls *t = &ls.cf->tls;
+	const char *v = t->client_certificates;
+	struct tls_settings ts = { .certificate = t->certificate,
+		.key = t->key,
+		.ca = t->ca,
+		.min_version = t->min_version,
+		.verify = strcmp(v, "require") == 0 ? TLS_VERIFY_REQUIRE
+		    : strcmp(v, "optional") == 0    ? TLS_VERIFY_OPTIONAL
+						    : TLS_VERIFY_NONE };
+
+	return tls_server_new(&ts, err, len);
 }
 
 static void
@@ -96,52 +126,68 @@ listener_loopback(const struct sockaddr *sa)
  * needs auth.secret, or an explicit listen.insecure (Redis's protected mode).
  */
 static bool
-listener_allowed(const struct sockaddr *sa)
+listener_allowed(const struct sockaddr *sa, const char *address)
 {
 	const struct config *cf = ls.cf;
 
 	if (listener_loopback(sa) || cf->listen.insecure ||
-	    cf->auth.secret[0] != '\0' || cf->auth.secret_file[0] != '\0')
+	    cf->auth.secret[0] != '\0' || cf->auth.secret_file[0] != '\0' ||
+	    cf->auth.identities.n > 0)
 		return true;
 	log_warnx(
 	    "refusing to listen on %s without auth.secret (set listen.insecure = true to do it anyway)",
-	    cf->listen.address);
+	    address);
 	return false;
 }
 
+/* One TCP listener on address:port (key names them in errors), its
+ * clients to cb. */
 static int
-listener_tcp(void)
+listener_tcp(
+    const char *key, const char *address, int port, evconnlistener_cb cb)
 {
-	const struct config_listen *cf = &ls.cf->listen;
 	struct addrinfo hints, *res;
 	struct evconnlistener *l;
-	char port[8];
+	char service[8];
 	int rc;
 
 	memset(&hints, 0, sizeof hints);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE;
-	snprintf(port, sizeof port, "%d", cf->port);
-	if ((rc = getaddrinfo(cf->address, port, &hints, &res)) != 0) {
-		log_warnx(
-		    "listen.address %s: %s", cf->address, gai_strerror(rc));
+	snprintf(service, sizeof service, "%d", port);
+	if ((rc = getaddrinfo(address, service, &hints, &res)) != 0) {
+		log_warnx("%s %s: %s", key, address, gai_strerror(rc));
 		return -1;
 	}
-	if (!listener_allowed(res->ai_addr)) {
+	if (!listener_allowed(res->ai_addr, address)) {
 		freeaddrinfo(res);
 		return -1;
 	}
-	l = evconnlistener_new_bind(ls.base, listener_accept_cb, NULL,
+	l = evconnlistener_new_bind(ls.base, cb, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-	    cf->backlog, res->ai_addr, (int)res->ai_addrlen);
+	    ls.cf->listen.backlog, res->ai_addr, (int)res->ai_addrlen);
 	freeaddrinfo(res);
 	if (l == NULL) {
-		log_warn("listen on %s port %d", cf->address, cf->port);
+		log_warn("listen on %s port %d", address, port);
 		return -1;
 	}
 	listener_add(l);
-	log_info("listening on %s port %d", cf->address, cf->port);
+	log_info("listening on %s port %d%s", address, port,
+	    cb == listener_tls_accept_cb ? " (TLS)" : "");
+	return 0;
+}
+
+/* The TLS listener's certificates, read at start: bad ones stop it. */
+static int
+listener_tls_load(void)
+{
+	char err[320];
+
+	if ((ls.tls = listener_tls_read(err, sizeof err)) == NULL) {
+		log_warnx("tls: %s", err);
+		return -1;
+	}
 	return 0;
 }
 
@@ -226,7 +272,7 @@ listener_unix(void)
 #if HAVE_LIBSYSTEMD
 /* A passed socket for clients: 0, or -1 if it must not be served. */
 static int
-listener_systemd_fd(int fd)
+listener_systemd_fd(int fd, bool tls)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof ss;
@@ -234,16 +280,20 @@ listener_systemd_fd(int fd)
 
 	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
 	    (ss.ss_family != AF_UNIX &&
-		!listener_allowed((struct sockaddr *)&ss)))
+		!listener_allowed((struct sockaddr *)&ss, "a passed socket")))
+		return -1;
+	if (tls && ls.tls == NULL && listener_tls_load() != 0)
 		return -1;
 	evutil_make_socket_nonblocking(fd);
 	/* Backlog 0: systemd's listen(2) stays (-1 would make it 128). */
-	l = evconnlistener_new(ls.base, listener_accept_cb, NULL,
+	l = evconnlistener_new(ls.base,
+	    tls ? listener_tls_accept_cb : listener_accept_cb, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
 	if (l == NULL || ls.n == LISTENER_MAX)
 		return -1;
 	listener_add(l);
-	log_info("listening on socket %d from systemd", fd);
+	log_info(
+	    "listening on socket %d from systemd%s", fd, tls ? " (TLS)" : "");
 	return 0;
 }
 #endif
@@ -264,7 +314,9 @@ listener_systemd(void)
 	for (int i = 0; i < n && taken >= 0; i++) {
 		if (names != NULL && strcmp(names[i], "metrics") == 0)
 			ls.metrics_fd = SD_LISTEN_FDS_START + i;
-		else if (listener_systemd_fd(SD_LISTEN_FDS_START + i) == 0)
+		else if (listener_systemd_fd(SD_LISTEN_FDS_START + i,
+			     names != NULL && strcmp(names[i], "tls") == 0) ==
+		    0)
 			taken++;
 		else
 			taken = -1;
@@ -298,16 +350,43 @@ listener_init(struct event_base *base, const struct config *cf)
 			log_info("listen.* ignored: sockets come from systemd");
 		return n > 0 ? 0 : -1;
 	}
-	if (cf->listen.address[0] != '\0' && listener_tcp() != 0)
+	if (cf->listen.address[0] != '\0' &&
+	    listener_tcp("listen.address", cf->listen.address, cf->listen.port,
+		listener_accept_cb) != 0)
+		return -1;
+	if (cf->tls.port > 0 &&
+	    (listener_tls_load() != 0 ||
+		listener_tcp("tls.address", cf->tls.address, cf->tls.port,
+		    listener_tls_accept_cb) != 0))
 		return -1;
 	if (cf->listen.unix_path[0] != '\0' && listener_unix() != 0)
 		return -1;
 	if (ls.n == 0) {
-		log_warnx(
-		    "nothing to listen on: set listen.address or listen.unix");
+		log_warnx("nothing to listen on: set listen.address, "
+			  "listen.unix or tls.port");
 		return -1;
 	}
 	return 0;
+}
+
+/* Certificates read again: new connections get them, those made before
+ * keep theirs; bad ones leave the running ones in place. */
+void
+listener_reload(void)
+{
+	struct tls_server *fresh;
+	char err[320];
+
+	if (ls.tls == NULL)
+		return;
+	if ((fresh = listener_tls_read(err, sizeof err)) == NULL) {
+		log_warnx(
+		    "reload: tls: %s; keeping the running certificates", err);
+		return;
+	}
+	tls_server_free(ls.tls);
+	ls.tls = fresh;
+	log_info("reload: TLS certificates read again");
 }
 
 void
@@ -325,4 +404,6 @@ listener_close(void)
 		event_free(ls.resume_ev);
 		ls.resume_ev = NULL;
 	}
+	tls_server_free(ls.tls);
+	ls.tls = NULL;
 }

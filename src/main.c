@@ -213,6 +213,7 @@ main_hup_cb(evutil_socket_t sig, short what, void *arg)
 	log_set_level((enum log_level)log_level_parse(m.cf.log.level));
 	cmd_reload();
 	client_reload();
+	listener_reload();
 	log_info("reload: %u change(s) applied, %u need a restart", counts[0],
 	    counts[1]);
 	main_notify("READY=1");

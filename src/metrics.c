@@ -259,7 +259,7 @@ metrics_ident_series(
 	    help, name);
 	for (int i = 0; i < ident_table_size(); i++) {
 		id = ident_table_at(i);
-		if (id->secret[0] != '\0')
+		if (ident_usable(id))
 			evbuffer_add_printf(out,
 			    "lockbroker_%s{identity=\"%s\"} %" PRIu64 "\n",
 			    name, id->name, denied ? id->denied : id->requests);

@@ -8,63 +8,66 @@
 #include <stdint.h>
 
 /* X(name, kind, help): kind is COUNTER (only grows) or GAUGE. */
-#define STATS_TABLE(X)                                                         \
-	X(connections_total, COUNTER, "client connections accepted")           \
-	X(connections_rejected_total, COUNTER,                                 \
-	    "connections refused by max_clients")                              \
-	X(clients, GAUGE, "clients connected now")                             \
-	X(commands_total, COUNTER, "requests processed")                       \
-	X(errors_total, COUNTER, "requests answered with ERR")                 \
-	X(grants_total, COUNTER, "ACQUIREs granted")                           \
-	X(late_grants_total, COUNTER,                                          \
-	    "grants that came after their lease ended, given back")            \
-	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")                \
-	X(cancels_total, COUNTER, "waits ended by CANCEL")                     \
-	X(fills_done_total, COUNTER, "FILL waiters answered DONE")             \
-	X(revokes_total, COUNTER, "holders removed by REVOKE here")            \
-	X(releases_total, COUNTER, "locks released in Redis")                  \
-	X(extends_total, COUNTER, "leases extended")                           \
-	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")           \
-	X(locks_held, GAUGE, "locks held by this broker's clients")            \
-	X(waiters, GAUGE, "ACQUIREs waiting in this broker")                   \
-	X(tickets_total, COUNTER,                                              \
-	    "waiters given a place in their name's queue across brokers")      \
-	X(handovers_total, COUNTER,                                            \
-	    "releases here that handed the name to a queued waiter")           \
-	X(handovers_in_total, COUNTER,                                         \
-	    "hand-overs to a waiter here (from any broker)")                   \
-	X(renewals_total, COUNTER, "session leases renewed")                   \
-	X(renewal_failures_total, COUNTER, "renewals Redis did not answer")    \
-	X(confirms_total, COUNTER,                                             \
-	    "holds asked of Redis again (at least every redis.trust_ms)")      \
-	X(lost_expired_total, COUNTER, "EVENT LOST expired")                   \
-	X(lost_stolen_total, COUNTER, "EVENT LOST stolen")                     \
-	X(lost_unavailable_total, COUNTER, "EVENT LOST unavailable")           \
-	X(lost_maxhold_total, COUNTER, "EVENT LOST maxhold")                   \
-	X(lost_revoked_total, COUNTER, "EVENT LOST revoked")                   \
-	X(redis_up, GAUGE,                                                     \
-	    "1 while the Redis command connection is up (and Redis's "         \
-	    "incarnation of the lock data known)")                             \
-	X(redis_refusing, GAUGE,                                               \
-	    "1 while every grant is refused for a Redis setting (a "           \
-	    "maxmemory-policy other than noeviction)")                         \
-	X(redis_requests_total, COUNTER, "requests sent to Redis")             \
-	X(redis_batched_total, COUNTER,                                        \
-	    "script calls sent in one request with others (a batch)")          \
-	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")      \
-	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")  \
-	X(redis_connects_total, COUNTER, "successful Redis connections")       \
-	X(redis_doubts_total, COUNTER,                                         \
-	    "times a cluster master answered after a silence longer than its " \
-	    "cluster-node-timeout (its replies held until another vouched)")   \
-	X(redis_deposed_total, COUNTER,                                        \
-	    "replies given up as unknown: their master had been replaced "     \
-	    "while it was silent")                                             \
-	X(redis_evicted_keys, GAUGE,                                           \
-	    "Redis's evicted_keys (INFO stats) at the last beat: any rise is " \
-	    "lock data lost")                                                  \
-	X(redis_clock_steps_total, COUNTER,                                    \
-	    "times Redis's clock ran ahead by half of redis.clock_step_ms "    \
+#define STATS_TABLE(X)                                                          \
+	X(connections_total, COUNTER, "client connections accepted")            \
+	X(connections_rejected_total, COUNTER,                                  \
+	    "connections refused by max_clients")                               \
+	X(tls_handshakes_total, COUNTER, "TLS handshakes completed")            \
+	X(tls_failures_total, COUNTER,                                          \
+	    "TLS handshakes failed (a certificate refused, not TLS, an error)") \
+	X(clients, GAUGE, "clients connected now")                              \
+	X(commands_total, COUNTER, "requests processed")                        \
+	X(errors_total, COUNTER, "requests answered with ERR")                  \
+	X(grants_total, COUNTER, "ACQUIREs granted")                            \
+	X(late_grants_total, COUNTER,                                           \
+	    "grants that came after their lease ended, given back")             \
+	X(timeouts_total, COUNTER, "ACQUIREs answered TIMEOUT")                 \
+	X(cancels_total, COUNTER, "waits ended by CANCEL")                      \
+	X(fills_done_total, COUNTER, "FILL waiters answered DONE")              \
+	X(revokes_total, COUNTER, "holders removed by REVOKE here")             \
+	X(releases_total, COUNTER, "locks released in Redis")                   \
+	X(extends_total, COUNTER, "leases extended")                            \
+	X(notheld_total, COUNTER, "RELEASE/EXTEND answered NOTHELD")            \
+	X(locks_held, GAUGE, "locks held by this broker's clients")             \
+	X(waiters, GAUGE, "ACQUIREs waiting in this broker")                    \
+	X(tickets_total, COUNTER,                                               \
+	    "waiters given a place in their name's queue across brokers")       \
+	X(handovers_total, COUNTER,                                             \
+	    "releases here that handed the name to a queued waiter")            \
+	X(handovers_in_total, COUNTER,                                          \
+	    "hand-overs to a waiter here (from any broker)")                    \
+	X(renewals_total, COUNTER, "session leases renewed")                    \
+	X(renewal_failures_total, COUNTER, "renewals Redis did not answer")     \
+	X(confirms_total, COUNTER,                                              \
+	    "holds asked of Redis again (at least every redis.trust_ms)")       \
+	X(lost_expired_total, COUNTER, "EVENT LOST expired")                    \
+	X(lost_stolen_total, COUNTER, "EVENT LOST stolen")                      \
+	X(lost_unavailable_total, COUNTER, "EVENT LOST unavailable")            \
+	X(lost_maxhold_total, COUNTER, "EVENT LOST maxhold")                    \
+	X(lost_revoked_total, COUNTER, "EVENT LOST revoked")                    \
+	X(redis_up, GAUGE,                                                      \
+	    "1 while the Redis command connection is up (and Redis's "          \
+	    "incarnation of the lock data known)")                              \
+	X(redis_refusing, GAUGE,                                                \
+	    "1 while every grant is refused for a Redis setting (a "            \
+	    "maxmemory-policy other than noeviction)")                          \
+	X(redis_requests_total, COUNTER, "requests sent to Redis")              \
+	X(redis_batched_total, COUNTER,                                         \
+	    "script calls sent in one request with others (a batch)")           \
+	X(redis_timeouts_total, COUNTER, "Redis requests that timed out")       \
+	X(redis_noscript_total, COUNTER, "NOSCRIPT replies answered by EVAL")   \
+	X(redis_connects_total, COUNTER, "successful Redis connections")        \
+	X(redis_doubts_total, COUNTER,                                          \
+	    "times a cluster master answered after a silence longer than its "  \
+	    "cluster-node-timeout (its replies held until another vouched)")    \
+	X(redis_deposed_total, COUNTER,                                         \
+	    "replies given up as unknown: their master had been replaced "      \
+	    "while it was silent")                                              \
+	X(redis_evicted_keys, GAUGE,                                            \
+	    "Redis's evicted_keys (INFO stats) at the last beat: any rise is "  \
+	    "lock data lost")                                                   \
+	X(redis_clock_steps_total, COUNTER,                                     \
+	    "times Redis's clock ran ahead by half of redis.clock_step_ms "     \
 	    "or more (every hold confirmed again)")
 
 enum stats_id {

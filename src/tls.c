@@ -129,6 +129,7 @@ tls_server_new(const struct tls_settings *ts, char *err, size_t len)
 	    SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
 		SSL_OP_CIPHER_SERVER_PREFERENCE);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_num_tickets(ctx, 0);
 	/* Writes straight from the output buffer's chunks. */
 	SSL_CTX_set_mode(ctx,
 	    SSL_MODE_ENABLE_PARTIAL_WRITE |
@@ -195,10 +196,20 @@ tls_handshake(struct tls_conn *tc)
 {
 	int rv;
 
+	enum tls_io io;
+	long v;
+
 	ERR_clear_error();
 	if ((rv = SSL_accept(tc->ssl)) == 1)
 		return TLS_DONE;
-	return tls_outcome(tc, rv, "handshake failed");
+	io = tls_outcome(tc, rv, "handshake failed");
+	/* A refused certificate: say why in X509's words. */
+	if (io == TLS_FAILED &&
+	    (v = SSL_get_verify_result(tc->ssl)) != X509_V_OK)
+		snprintf(tc->err, sizeof tc->err,
+		    "client certificate refused: %s",
+		    X509_verify_cert_error_string(v));
+	return io;
 }
 
 enum tls_io

@@ -396,19 +396,27 @@ def clockshift_lib():
     return _clockshift
 
 
+def conf_value(v):
+    """One value as libconfig text: a list of dicts is a list of groups
+    (auth.identities), a list of strings an array."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list) and v and isinstance(v[0], dict):
+        return "( %s )" % ", ".join("{ %s }" % " ".join(
+            "%s = %s;" % (k, conf_value(x)) for k, x in g.items())
+            for g in v)
+    if isinstance(v, list):
+        return "[ %s ]" % ", ".join('"%s"' % x for x in v)
+    if isinstance(v, str):
+        return '"%s"' % v
+    return str(v)
+
+
 def render_conf(sections):
     """{'locks': {'lease_ms': 300}} -> libconfig text."""
     out = []
     for group, keys in sections.items():
-        body = []
-        for k, v in keys.items():
-            if isinstance(v, bool):
-                v = "true" if v else "false"
-            elif isinstance(v, list):
-                v = "[ %s ]" % ", ".join('"%s"' % x for x in v)
-            elif isinstance(v, str):
-                v = '"%s"' % v
-            body.append("%s = %s;" % (k, v))
+        body = ["%s = %s;" % (k, conf_value(v)) for k, v in keys.items()]
         out.append("%s = { %s };" % (group, " ".join(body)))
     return "\n".join(out) + "\n"
 

@@ -60,6 +60,7 @@ add_ident(const char *name, const char *secret, const char *prefix, int rights)
 	id->name = strdup(name);
 	id->secret = strdup(secret);
 	id->secret_file = strdup("");
+	id->certificate = strdup("");
 	id->names[id->nnames++] = strdup(prefix);
 	id->rights = rights;
 }
@@ -76,6 +77,20 @@ setup_idents(void)
 	add_ident("auditor", "aud1t", "billing/",
 	    CONFIG_RIGHT_READ | CONFIG_RIGHT_REVOKE);
 	cf.limits.max_locks_per_client = 1;
+	base = event_base_new();
+	redisc_init(base, &cf.redis);
+	lock_init(base, &cf);
+	cmd_init(&cf, NULL);
+}
+
+/* Identities that only a TLS client certificate can be: no secret. */
+static void
+setup_certs(void)
+{
+	config_defaults(&cf);
+	add_ident("billing", "", "billing/", CONFIG_RIGHT_LOCK);
+	free(cf.auth.identities.v[0].certificate);
+	cf.auth.identities.v[0].certificate = strdup("billing.example");
 	base = event_base_new();
 	redisc_init(base, &cf.redis);
 	lock_init(base, &cf);
@@ -351,6 +366,21 @@ static const struct cmd_case ident_cases[] = {
 	    "OK\nERR DENIED billing may not lock ops/x\n", CMD_DONE },
 };
 
+/* With only certificate identities, a plain connection is let in by no
+ * AUTH: no secret (not even an empty one) is anybody's. */
+static const struct cmd_case cert_cases[] = {
+	{ "ACQUIRE billing/x", "ERR NOAUTH AUTH first\n", CMD_DONE },
+	{ "AUTH anything", "ERR AUTH wrong secret\n", CMD_CLOSE },
+	{ "AUTH billing.example", "ERR AUTH wrong secret\n", CMD_CLOSE },
+	{ "PING", "PONG\n", CMD_DONE },
+};
+
+START_TEST(test_certs)
+{
+	check_case(&cert_cases[_i]);
+}
+END_TEST
+
 START_TEST(test_idents)
 {
 	check_case(&ident_cases[_i]);
@@ -377,6 +407,7 @@ cmd_suite(void)
 	TCase *ta = tcase_create("auth");
 	TCase *tm = tcase_create("admin");
 	TCase *ti = tcase_create("identities");
+	TCase *tcert = tcase_create("certificates");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_sync_replies, 0, nitems(sync_cases));
@@ -393,6 +424,9 @@ cmd_suite(void)
 	tcase_add_checked_fixture(ti, setup_idents, teardown);
 	tcase_add_loop_test(ti, test_idents, 0, nitems(ident_cases));
 	suite_add_tcase(s, ti);
+	tcase_add_checked_fixture(tcert, setup_certs, teardown);
+	tcase_add_loop_test(tcert, test_certs, 0, nitems(cert_cases));
+	suite_add_tcase(s, tcert);
 	return s;
 }
 

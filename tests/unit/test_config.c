@@ -633,11 +633,27 @@ static const struct bad {
 	    1, "auth.identities[0].name", "are the names of auth.secret" },
 	{ "auth = { identities = ( { name = \"a\"; names = [ \"*\" ]; "
 	  "rights = [ \"lock\" ]; } ); };\n",
-	    1, "auth.identities[0]", "needs secret or secret_file" },
+	    1, "auth.identities[0]",
+	    "needs secret, secret_file or certificate" },
 	{ "auth = { identities = ( { name = \"a\"; secret = \"x\"; "
 	  "secret_file = \"/x\"; names = [ \"*\" ]; rights = [ \"lock\" ]; "
 	  "} ); };\n",
-	    1, "auth.identities[0]", "needs secret or secret_file, one" },
+	    1, "auth.identities[0]", "needs secret or secret_file, not both" },
+	{ "auth = { identities = ( { name = \"a\"; certificate = \"c.example\"; "
+	  "names = [ \"*\" ]; rights = [ \"lock\" ]; }, { name = \"b\"; "
+	  "certificate = \"c.example\"; names = [ \"*\" ]; "
+	  "rights = [ \"lock\" ]; } ); };\n",
+	    1, "auth.identities[1].certificate",
+	    "\"c.example\" is already the certificate of \"a\"" },
+	{ "tls = { port = 7879; key = \"/k\"; };\n", 1, "tls.certificate",
+	    "needed with tls.port" },
+	{ "tls = { port = 7879; certificate = \"/c\"; key = \"/k\"; "
+	  "client_certificates = \"require\"; };\n",
+	    1, "tls.ca", "needed with tls.client_certificates" },
+	{ "tls = { client_certificates = \"maybe\"; };\n", 1,
+	    "tls.client_certificates", "must be \"none\", \"optional\"" },
+	{ "tls = { min_version = \"TLSv1.1\"; };\n", 1, "tls.min_version",
+	    "must be \"TLSv1.2\" or \"TLSv1.3\"" },
 	{ "auth = { identities = ( { name = \"a\"; secret = \"\"; "
 	  "names = [ \"*\" ]; rights = [ \"lock\" ]; } ); };\n",
 	    1, "auth.identities[0]", "an empty secret" },

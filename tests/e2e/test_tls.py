@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""TLS for clients (docs/operations.md, TLS and identities): a TLS
+listener beside the plain one; client certificates that name identities,
+and those that are refused (none under require, expired, signed by
+another CA); plain text sent to the TLS port; a handshake that stalls,
+dropped at the AUTH timeout while others are served; certificates read
+again on SIGHUP (new connections get them, old ones keep working, bad
+ones leave the running ones); the key as a systemd credential."""
+
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import time
+
+from lbtest import (SLOW, BrokerTest, Client, free_port, main, wait_until)
+from lbtls import Certs
+
+CERTS = None  # made once for the run (setUpModule)
+
+
+def setUpModule():
+    global CERTS, CERTS_DIR
+    CERTS_DIR = tempfile.mkdtemp(prefix="lbtls-")
+    CERTS = Certs(CERTS_DIR)
+
+
+def tearDownModule():
+    shutil.rmtree(CERTS_DIR, ignore_errors=True)
+
+
+class TLSClient(Client):
+    """A client over TLS: who (a Certs pair) is its certificate."""
+
+    def __init__(self, port, who=None, timeout=5, ca=None):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(ca or CERTS.ca)
+        if who is not None:
+            ctx.load_cert_chain(*who)
+        raw = socket.create_connection(("127.0.0.1", port))
+        raw.settimeout(timeout * SLOW)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.buf = b""
+
+
+def tls_conf(policy="require", **extra):
+    tls = {"port": free_port(), "certificate": CERTS.server[0],
+           "key": CERTS.server[1], "ca": CERTS.ca,
+           "client_certificates": policy}
+    tls.update(extra)
+    return {"tls": tls,
+            "auth": {"identities": [
+                {"name": "billing", "certificate": "billing.example",
+                 "names": ["billing/"], "rights": ["lock", "read"]},
+                {"name": "orders", "certificate": "orders.example",
+                 "secret": "orders-secret", "names": ["orders/"],
+                 "rights": ["lock", "read"]}]},
+            "limits": {"auth_timeout_s": 2}}
+
+
+class TLSTest(BrokerTest):
+    policy = "require"
+
+    def start_broker(self, conf=None, name="broker", **kw):
+        kw.setdefault("secret", "orders-secret")  # its INFO's AUTH
+        return super().start_broker(conf, name, **kw)
+
+    def setUp(self):
+        self.conf = tls_conf(self.policy)
+        super().setUp()
+        self.tls_port = self.conf["tls"]["port"]
+
+    def tls(self, who=None, **kw):
+        c = TLSClient(self.tls_port, who, **kw)
+        self.clients.append(c)
+        return c
+
+    def refused(self, who):
+        """The handshake fails, or the connection closes at the first
+        read (TLS 1.3 sends the refusal after the client's Finished)."""
+        try:
+            c = self.tls(who)
+            c.send("PING")
+            return c.closed()
+        except (ssl.SSLError, ConnectionError):
+            return True
+
+    def stat(self, name):
+        return int(self.broker.info()[name])
+
+
+class Required(TLSTest):
+    def test_a_certificate_names_its_identity(self):
+        """A verified certificate is the identity whose certificate it
+        names: no AUTH; its rights hold, WHO shows it."""
+        c = self.tls(CERTS.billing)
+        self.assertEqual(c.cmd("PING"), "PONG")
+        self.assertTrue(c.cmd("ACQUIRE billing/a WAIT 0").startswith("OK "))
+        self.assertEqual(c.cmd("ACQUIRE orders/a WAIT 0"),
+                         "ERR DENIED billing may not lock orders/a")
+        who = c.until_end("WHO billing/a")
+        self.assertTrue(any("billing/" in w for w in who), who)
+        self.assertIn("certificate of billing", self.broker.logtext())
+        # The CN, when the certificate has no subjectAltName.
+        o = self.tls(CERTS.cn_only)
+        self.assertTrue(o.cmd("ACQUIRE orders/a WAIT 0").startswith("OK "))
+
+    def test_bad_certificates_are_refused(self):
+        """Under require: no certificate, an expired one, one signed by
+        another CA of the same name: each refused, counted, and logged
+        with the reason; the broker serves the next client."""
+        self.assertTrue(self.refused(None))
+        self.assertTrue(self.refused(CERTS.expired))
+        self.assertTrue(self.refused(CERTS.rogue))
+        wait_until(lambda: self.stat("tls_failures_total") == 3, 10,
+                   "three failed handshakes")
+        log = self.broker.logtext()
+        self.assertIn("certificate refused: certificate has expired", log)
+        self.assertIn("TLS handshake failed", log)
+        c = self.tls(CERTS.billing)
+        self.assertEqual(c.cmd("PING"), "PONG")
+
+    def test_plain_text_to_the_tls_port(self):
+        """Lines sent in clear to the TLS port: no reply, the connection
+        closed, the broker unharmed."""
+        c = Client(self.tls_port)
+        self.clients.append(c)
+        c.send("ACQUIRE billing/x WAIT 0\r\nPING")
+        self.assertTrue(c.closed())
+        self.assertEqual(c.buf, b"")
+        self.assertEqual(self.client().cmd("PING"), "PONG")
+
+    def test_a_stalled_handshake_is_dropped_at_the_auth_timeout(self):
+        """A peer that connects and sends nothing (or half a hello) is
+        closed after limits.auth_timeout_s; meanwhile others are served
+        at once."""
+        idle = Client(self.tls_port, timeout=10)
+        half = Client(self.tls_port, timeout=10)
+        self.clients += [idle, half]
+        half.sock.sendall(b"\x16\x03\x01\x02\x00\x01")  # a hello begun
+        t0 = time.monotonic()
+        c = self.tls(CERTS.billing)
+        self.assertEqual(c.cmd("PING"), "PONG")
+        self.assertTrue(idle.closed())
+        self.assertTrue(half.closed())
+        self.assertGreaterEqual(time.monotonic() - t0, 1.5)
+        self.assertIn("no TLS handshake within 2 s", self.broker.logtext())
+
+    def test_plain_listener_beside(self):
+        """The plain listener still serves, and asks for AUTH."""
+        p = self.client()
+        self.assertTrue(p.cmd("ACQUIRE orders/b WAIT 0").startswith(
+            "ERR NOAUTH"))
+        self.assertEqual(p.cmd("AUTH orders-secret"), "OK")
+        self.assertTrue(p.cmd("ACQUIRE orders/b WAIT 0").startswith("OK "))
+
+
+class Optional(TLSTest):
+    policy = "optional"
+
+    def test_no_certificate_then_auth(self):
+        """Without a certificate the connection must AUTH; one that fails
+        verification is refused, not let in without an identity."""
+        c = self.tls()
+        self.assertTrue(c.cmd("ACQUIRE orders/c WAIT 0").startswith(
+            "ERR NOAUTH"))
+        self.assertEqual(c.cmd("AUTH orders-secret"), "OK")
+        self.assertTrue(c.cmd("ACQUIRE orders/c WAIT 0").startswith("OK "))
+        self.assertTrue(self.refused(CERTS.rogue))
+        self.assertTrue(self.refused(CERTS.expired))
+        b = self.tls(CERTS.billing)
+        self.assertTrue(b.cmd("ACQUIRE billing/c WAIT 0").startswith("OK "))
+
+
+class Reload(TLSTest):
+    def served_cn(self):
+        """The CN of the certificate the TLS listener serves now."""
+        c = self.tls(CERTS.billing)
+        cert = c.sock.getpeercert()
+        c.close()
+        return dict(x[0] for x in cert["subject"])["commonName"]
+
+    def test_sighup_swaps_the_certificates(self):
+        """New certificates on SIGHUP for new connections; a connection
+        made before keeps working; bad files keep the running ones."""
+        old = self.tls(CERTS.billing)
+        self.assertTrue(old.cmd("ACQUIRE billing/r WAIT 0").startswith(
+            "OK "))
+        self.assertEqual(self.served_cn(), "localhost")
+        crt, key = CERTS.issue("server2", "localhost-2",
+                               "DNS:localhost,IP:127.0.0.1")
+        conf = dict(self.conf)
+        conf["tls"] = dict(conf["tls"], certificate=crt, key=key)
+        self.broker.reload(conf)
+        self.assertIn("TLS certificates read again", self.broker.logtext())
+        self.assertEqual(self.served_cn(), "localhost-2")
+        self.assertEqual(old.cmd("PING"), "PONG")
+        self.assertTrue(any(l.startswith("LOCK billing/r ")
+                            for l in old.until_end("LOCKS")))
+        # A key that does not match: the running certificates stay.
+        conf["tls"] = dict(conf["tls"], key=CERTS.server[1])
+        self.broker.reload(conf)
+        self.assertIn("keeping the running certificates",
+                      self.broker.logtext())
+        self.assertEqual(self.served_cn(), "localhost-2")
+
+
+class KeyCredential(BrokerTest):
+    conf = None
+
+    def setUp(self):
+        self.creds = tempfile.mkdtemp(prefix="lbcreds-")
+        self.addCleanup(shutil.rmtree, self.creds, ignore_errors=True)
+        shutil.copy(CERTS.server[1], os.path.join(self.creds, "tls.key"))
+        self.conf = tls_conf("none", key="tls.key")
+        self.kw = {"env": dict(os.environ, CREDENTIALS_DIRECTORY=self.creds),
+                   "secret": "orders-secret"}
+        super().setUp()
+
+    def start_broker(self, conf=None, name="broker", **kw):
+        return super().start_broker(conf, name, **dict(self.kw, **kw))
+
+    def test_the_key_as_a_credential(self):
+        """tls.key names a credential (LoadCredential=): read from
+        $CREDENTIALS_DIRECTORY, like the secrets."""
+        c = TLSClient(self.conf["tls"]["port"])
+        self.clients.append(c)
+        self.assertEqual(c.cmd("PING"), "PONG")
+
+
+if __name__ == "__main__":
+    main()
