@@ -2,7 +2,7 @@
  * conn: lockctl's one connection to the broker. Blocking writes of short
  * lines, reads through poll() with deadlines on the monotonic clock, and a
  * bounded line buffer: a reply line longer than CONN_LINE_MAX is an error,
- * never a reallocation.
+ * never a reallocation. Inside TLS, conn_tls.c sends and reads.
  */
 #include <err.h>
 #include <errno.h>
@@ -177,6 +177,10 @@ conn_open_tcp(struct conn *c, const struct conn_addr *a)
 	if (c->fd < 0)
 		return -1;
 	conn_tcp_opts(c->fd);
+	if (a->ca != NULL && conn_tls_open(c, a) != 0) {
+		conn_close(c);
+		return -1;
+	}
 	return 0;
 }
 
@@ -185,6 +189,8 @@ conn_open(struct conn *c, const struct conn_addr *a)
 {
 	c->fd = -1;
 	c->len = 0;
+	c->ssl = NULL;
+	c->tls = NULL;
 	return a->path[0] != '\0' ? conn_open_unix(c, a) : conn_open_tcp(c, a);
 }
 
@@ -206,6 +212,11 @@ conn_send(struct conn *c, const char *fmt, ...)
 	}
 	len = (size_t)n;
 	out[len++] = '\n';
+	if (c->ssl != NULL) {
+		n = conn_tls_send(c, out, len);
+		explicit_bzero(out, sizeof(out));
+		return n;
+	}
 	while (off < len) {
 		ssize_t w = send(c->fd, out + off, len - off, MSG_NOSIGNAL);
 
@@ -233,6 +244,8 @@ conn_fill(struct conn *c)
 		warnx("reply line from the broker too long");
 		return CONN_ERROR;
 	}
+	if (c->ssl != NULL)
+		return conn_tls_fill(c);
 	n = read(c->fd, c->buf + c->len, CONN_LINE_MAX - c->len);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
 		return CONN_OK;
@@ -275,7 +288,8 @@ conn_readline(struct conn *c, int64_t timeout_ms, char **line)
 	enum conn_status st;
 
 	while (!conn_take(c, line)) {
-		if (conn_wait(c->fd, POLLIN, deadline) < 0)
+		if (!conn_tls_pending(c) &&
+		    conn_wait(c->fd, POLLIN, deadline) < 0)
 			return errno == ETIMEDOUT ? CONN_TIMEOUT : CONN_ERROR;
 		if ((st = conn_fill(c)) != CONN_OK)
 			return st;
@@ -295,6 +309,9 @@ conn_quit(struct conn *c, int timeout_ms)
 	if (c->fd < 0)
 		return;
 	if (conn_send(c, "QUIT") == 0) {
+		/* Inside TLS, close_notify first; what comes after is
+		 * drained unread. */
+		conn_tls_close(c, true);
 		shutdown(c->fd, SHUT_WR);
 		c->len = 0;
 		while (conn_wait(c->fd, POLLIN, deadline) == 0 &&
@@ -307,6 +324,7 @@ conn_quit(struct conn *c, int timeout_ms)
 void
 conn_close(struct conn *c)
 {
+	conn_tls_close(c, false);
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;

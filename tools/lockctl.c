@@ -129,7 +129,8 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	FILE *f = code == 0 ? stdout : stderr;
 
 	fprintf(f,
-	    "usage: lockctl [-s HOST:PORT | -u PATH] [-a SECRET_FILE] "
+	    "usage: lockctl [-s HOST:PORT | -u PATH] [-a SECRET_FILE]\n"
+	    "               [-T CAFILE [-C CERTFILE -K KEYFILE]] "
 	    "SUBCOMMAND ...\n"
 	    "  run [-w WAIT | -n] [-E N] [-q] [--ttl TTL] [--grace TIME]\n"
 	    "      [--shared | --limit N] NAME -- COMMAND [ARG...]\n"
@@ -159,6 +160,10 @@ static void __attribute__((noreturn)) ctl_usage(int code)
 	    "  --ttl and --grace.\n"
 	    "Broker: -s/-u, else $LOCKBROKER_ADDR, else %s.\n"
 	    "Secret: -a FILE (its first line), else $LOCKBROKER_SECRET.\n"
+	    "TLS: -T CAFILE (else $LOCKBROKER_CA): the broker's certificate "
+	    "must be\n"
+	    "  signed by it and name the host; -C CERTFILE -K KEYFILE (else\n"
+	    "  $LOCKBROKER_CERT, $LOCKBROKER_KEY): a client certificate.\n"
 	    "Exit status:\n"
 	    "  0        done; run, fill: COMMAND's, 128+N if signal N "
 	    "killed it;\n"
@@ -443,6 +448,32 @@ ctl_addr(const char *s_opt, const char *u_opt, struct conn_addr *addr)
 		    s);
 }
 
+/* An option, else its variable if set and not empty, else NULL. */
+static const char *
+ctl_opt_env(const char *opt, const char *var)
+{
+	const char *v = opt != NULL ? opt : getenv(var);
+
+	return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* TLS when a CA is given; a client certificate and its key go together,
+ * and only with TLS over TCP. */
+static void
+ctl_tls(const char *opt[3], struct conn_addr *addr)
+{
+	addr->ca = ctl_opt_env(opt[0], "LOCKBROKER_CA");
+	addr->cert = ctl_opt_env(opt[1], "LOCKBROKER_CERT");
+	addr->key = ctl_opt_env(opt[2], "LOCKBROKER_KEY");
+	if ((addr->cert == NULL) != (addr->key == NULL))
+		ctl_usage_err("a client certificate (-C) needs its key (-K), "
+			      "and a key its certificate");
+	if (addr->cert != NULL && addr->ca == NULL)
+		ctl_usage_err("-C and -K need TLS: -T CAFILE");
+	if (addr->ca != NULL && addr->path[0] != '\0')
+		ctl_usage_err("TLS (-T) is over TCP: -s HOST:PORT, not -u");
+}
+
 /* The first line of the file, or $LOCKBROKER_SECRET; "" when neither. */
 static void
 ctl_read_secret(const char *path)
@@ -682,8 +713,8 @@ ctl_long_global(int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--") == 0)
 			return;
-		if (strchr("sua", argv[i][1]) != NULL && argv[i][1] != '\0' &&
-		    argv[i][2] == '\0')
+		if (strchr("suaTCK", argv[i][1]) != NULL &&
+		    argv[i][1] != '\0' && argv[i][2] == '\0')
 			i++; /* its value */
 	}
 }
@@ -692,6 +723,7 @@ int
 main(int argc, char **argv)
 {
 	const char *s_opt = NULL, *u_opt = NULL, *a_opt = NULL;
+	const char *tls_opt[3] = { NULL, NULL, NULL }; /* -T, -C, -K */
 	const struct ctl_cmd *cmd;
 	struct ctl_args args = { 0 };
 	struct conn_addr addr;
@@ -699,8 +731,13 @@ main(int argc, char **argv)
 	int ch, rc;
 
 	ctl_long_global(argc, argv);
-	while ((ch = getopt(argc, argv, "+:s:u:a:hV")) != -1) {
+	while ((ch = getopt(argc, argv, "+:s:u:a:T:C:K:hV")) != -1) {
 		switch (ch) {
+		case 'T':
+		case 'C':
+		case 'K':
+			tls_opt[ch == 'T' ? 0 : ch == 'C' ? 1 : 2] = optarg;
+			break;
 		case 's':
 			s_opt = optarg;
 			break;
@@ -728,6 +765,7 @@ main(int argc, char **argv)
 	cmd = ctl_find(argv[optind]);
 	ctl_parse(cmd, &args, argc - optind, argv + optind);
 	ctl_addr(s_opt, u_opt, &addr);
+	ctl_tls(tls_opt, &addr);
 	ctl_read_secret(a_opt);
 	if (conn_open(&c, &addr) != 0)
 		return LC_EXIT_UNAVAILABLE;

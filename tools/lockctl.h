@@ -96,10 +96,18 @@ struct conn_addr {
 	char path[108];
 	char host[256];
 	char port[16];
+	const char *ca;	  /* TLS when set: the CA that signs the broker's */
+	const char *cert; /* a client certificate (with key), or NULL */
+	const char *key;
 };
+
+struct ssl_st;
+struct ssl_ctx_st;
 
 struct conn {
 	int fd;
+	struct ssl_st *ssl; /* inside TLS (conn_tls.c), else NULL */
+	struct ssl_ctx_st *tls;
 	size_t len;		      /* bytes in buf */
 	char buf[CONN_LINE_MAX + 1];  /* input not yet taken as lines */
 	char line[CONN_LINE_MAX + 1]; /* the last line taken */
@@ -114,6 +122,15 @@ bool conn_take(struct conn *c, char **line);
 enum conn_status conn_readline(struct conn *c, int64_t timeout_ms, char **line);
 void conn_quit(struct conn *c, int timeout_ms);
 void conn_close(struct conn *c);
+
+/* conn_tls.c: the handshake on c's connected socket (-1: said why);
+ * sending, one read, whether OpenSSL holds input already read from the
+ * socket, and freeing (notify: close_notify first). */
+int conn_tls_open(struct conn *c, const struct conn_addr *a);
+int conn_tls_send(struct conn *c, const char *buf, size_t len);
+enum conn_status conn_tls_fill(struct conn *c);
+bool conn_tls_pending(const struct conn *c);
+void conn_tls_close(struct conn *c, bool notify);
 
 /* run.c */
 

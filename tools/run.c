@@ -419,7 +419,11 @@ run_loop(struct run *r)
 		pfd[1].fd = r->conn_up ? r->c->fd : -1;
 		pfd[0].events = pfd[1].events = POLLIN;
 		pfd[0].revents = pfd[1].revents = 0; /* poll() may fail */
-		if (poll(pfd, 2, run_timeout(r, now)) < 0 && errno != EINTR)
+		/* Input TLS already read off the socket: no POLLIN for it. */
+		if (r->conn_up && conn_tls_pending(r->c))
+			pfd[1].revents = POLLIN;
+		else if (poll(pfd, 2, run_timeout(r, now)) < 0 &&
+		    errno != EINTR)
 			err(LC_EXIT_OSERR, "poll");
 		run_drain_signals(r);
 		/* Input first: a PONG read late must not count as missing. */

@@ -46,7 +46,8 @@ class Completion(unittest.TestCase):
         # After the global options and their values too.
         self.assertEqual(complete("-s", "db:7878", "-a", "/etc/s", "fi"),
                          ["fill"])
-        self.assertEqual(complete("-"), ["--help", "--version", "-V", "-a", "-h", "-s", "-u"])
+        self.assertEqual(complete("-"), ["--help", "--version", "-C", "-K",
+                                         "-T", "-V", "-a", "-h", "-s", "-u"])
 
     def test_options_of_a_subcommand(self):
         self.assertEqual(complete("run", "--w"), ["--wait"])

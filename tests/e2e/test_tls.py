@@ -11,13 +11,20 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import time
 
-from lbtest import (SLOW, BrokerTest, Client, free_port, main, wait_until)
+from lbtest import SLOW, BrokerTest, Client, free_port, main, wait_until
+
+# The Python library (clients/python), from the source tree.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
 from lbtls import Certs
 
 CERTS = None  # made once for the run (setUpModule)
+LOCKCTL = os.environ.get("LOCKCTL", "build/tools/lockctl")
 
 
 def setUpModule():
@@ -154,6 +161,72 @@ class Required(TLSTest):
             "ERR NOAUTH"))
         self.assertEqual(p.cmd("AUTH orders-secret"), "OK")
         self.assertTrue(p.cmd("ACQUIRE orders/b WAIT 0").startswith("OK "))
+
+
+class Lockctl(TLSTest):
+    def lockctl(self, *args, env=None):
+        e = dict(os.environ)
+        for v in ("LOCKBROKER_ADDR", "LOCKBROKER_SECRET", "LOCKBROKER_CA",
+                  "LOCKBROKER_CERT", "LOCKBROKER_KEY"):
+            e.pop(v, None)
+        e.update(env or {})
+        return subprocess.run(
+            [LOCKCTL, "-s", "127.0.0.1:%d" % self.tls_port] + list(args),
+            capture_output=True, text=True, timeout=30 * SLOW, env=e)
+
+    def test_lockctl_over_tls(self):
+        """lockctl with the CA and a client certificate (options or
+        variables) runs a command under a lock as the certificate's
+        identity; a broker certificate of another CA, or none of its
+        own, is an outage (69) that says why."""
+        cert = ["-T", CERTS.ca, "-C", CERTS.billing[0], "-K",
+                CERTS.billing[1]]
+        p = self.lockctl(*cert, "run", "billing/job", "--", "sh", "-c",
+                         "echo ran")
+        self.assertEqual((p.returncode, p.stdout), (0, "ran\n"), p.stderr)
+        p = self.lockctl("who", "billing/job",
+                         env={"LOCKBROKER_CA": CERTS.ca,
+                              "LOCKBROKER_CERT": CERTS.billing[0],
+                              "LOCKBROKER_KEY": CERTS.billing[1]})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.lockctl(*cert, "run", "orders/job", "--", "true")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("DENIED", p.stderr)
+        p = self.lockctl("-T", CERTS.rogue_ca, "who", "billing/job")
+        self.assertEqual(p.returncode, 69)
+        self.assertIn("certificate", p.stderr)
+        p = self.lockctl("-T", CERTS.ca, "who", "billing/job")
+        self.assertEqual(p.returncode, 69)  # require: refused
+        p = self.lockctl("-C", CERTS.billing[0], "who", "x")
+        self.assertEqual(p.returncode, 64)
+
+
+class PythonClient(TLSTest):
+    def test_the_python_library_over_tls(self):
+        """clients/python with the CA and a client certificate: a lock as
+        the certificate's identity; the same outside its names is
+        refused; a broker certificate of another CA is Unavailable."""
+        import lockbroker
+        c = lockbroker.Client("127.0.0.1:%d" % self.tls_port, ca=CERTS.ca,
+                              cert=CERTS.billing[0], key=CERTS.billing[1])
+        try:
+            with c.lock("billing/py", wait=5.0) as lease:
+                self.assertGreater(lease.fence, 0)
+            with self.assertRaises(lockbroker.LockbrokerError) as e:
+                with c.lock("orders/py", wait=0):
+                    pass
+            self.assertIn("DENIED", str(e.exception))
+        finally:
+            c.close()
+        bad = lockbroker.Client("127.0.0.1:%d" % self.tls_port,
+                                ca=CERTS.rogue_ca, timeout=5)
+        try:
+            with self.assertRaises(lockbroker.Unavailable) as e:
+                with bad.lock("billing/py", wait=0):
+                    pass
+            self.assertIn("TLS", str(e.exception))
+        finally:
+            bad.close()
 
 
 class Optional(TLSTest):

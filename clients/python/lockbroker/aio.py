@@ -27,6 +27,7 @@ import math
 import os
 import re
 import secrets
+import ssl
 import time
 from collections import deque
 
@@ -54,6 +55,28 @@ def parse_addr(addr=None):
     if not m or not 0 < port < 65536:
         raise ValueError("bad broker address %r (HOST:PORT or /PATH)" % addr)
     return ("tcp", (m.group(1) or m.group(2), port))
+
+
+def tls_context(ca=None, cert=None, key=None):
+    """An ssl.SSLContext that trusts the CA file and, if given, presents
+    the client certificate; None without a CA ($LOCKBROKER_CA,
+    $LOCKBROKER_CERT and $LOCKBROKER_KEY when not given)."""
+    ca = ca or os.environ.get("LOCKBROKER_CA") or None
+    cert = cert or os.environ.get("LOCKBROKER_CERT") or None
+    key = key or os.environ.get("LOCKBROKER_KEY") or None
+    if (cert is None) != (key is None):
+        raise ValueError("a client certificate needs its key, and a key "
+                         "its certificate")
+    if ca is None:
+        if cert is not None:
+            raise ValueError("a client certificate needs TLS: give ca")
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(ca)
+    if cert is not None:
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _word(value, what):
@@ -224,11 +247,15 @@ class _Conn:
             if kind == "unix":
                 op = asyncio.open_unix_connection(where, limit=MAX_LINE)
             else:
-                op = asyncio.open_connection(*where, limit=MAX_LINE)
+                op = asyncio.open_connection(*where, limit=MAX_LINE,
+                                             ssl=self.client.ssl)
             self.reader, self.writer = await asyncio.wait_for(op, timeout)
         except asyncio.TimeoutError:
             raise Timeout("no connection to %s within %g s" % (
                 where, timeout), "TIMEOUT") from None
+        except ssl.SSLError as e:
+            raise Unavailable("TLS with %s failed: %s" % (where, e),
+                              "TLS") from None
         except OSError as e:
             raise Unavailable("cannot connect to %s: %s" % (where, e),
                               "CONNECT") from None
@@ -394,14 +421,22 @@ class AsyncClient:
     """A client of one broker. addr: 'HOST:PORT' or '/socket/path' (None:
     $LOCKBROKER_ADDR, else 127.0.0.1:7878); secret: sent with AUTH (None:
     $LOCKBROKER_SECRET, if set); timeout: seconds each request may take on
-    top of its own wait (None: no bound); max_connections: the pool's size."""
+    top of its own wait (None: no bound); max_connections: the pool's size.
+    TLS: ca, a file of the CA certificates that sign the broker's (None:
+    $LOCKBROKER_CA; unset: no TLS), which must name the host; cert and key,
+    a client certificate (None: $LOCKBROKER_CERT, $LOCKBROKER_KEY); or
+    ssl_context, an ssl.SSLContext of your own."""
 
     def __init__(self, addr=None, secret=None, timeout=10.0,
-                 max_connections=256):
+                 max_connections=256, ca=None, cert=None, key=None,
+                 ssl_context=None):
         self.addr = parse_addr(addr)
         if secret is None:
             secret = os.environ.get("LOCKBROKER_SECRET") or None
         self.secret = None if secret is None else _word(secret, "secret")
+        self.ssl = ssl_context or tls_context(ca, cert, key)
+        if self.ssl is not None and self.addr[0] != "tcp":
+            raise ValueError("TLS is over TCP, not a Unix socket")
         self.timeout = timeout
         self.max_connections = max_connections
         self._conns = []

@@ -84,14 +84,16 @@ class Client:
     `with Client() as c:`) QUITs its connections and stops its thread."""
 
     def __init__(self, addr=None, secret=None, timeout=10.0,
-                 max_connections=256):
+                 max_connections=256, ca=None, cert=None, key=None,
+                 ssl_context=None):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="lockbroker", daemon=True)
         self._thread.start()
 
         async def make():
-            return aio.AsyncClient(addr, secret, timeout, max_connections)
+            return aio.AsyncClient(addr, secret, timeout, max_connections,
+                                   ca, cert, key, ssl_context)
         try:
             self._aio = self._run(make())
         except BaseException:
