@@ -15,6 +15,9 @@ the table into docs/performance.md between its markers.
     bench/compare.py --cluster [-d SECONDS] [--rounds N] [--write]
                                     one Redis, a cluster of 1 master and one
                                     of 3, side by side (bench/cluster.py)
+    bench/compare.py --tls [-d SECONDS] [--rounds N] [--write]
+                                    uncontended over plain TCP and over TLS
+                                    (the broker's TLS listener), alternated
 
 Needs a build: meson compile -C build (lockbench and lockbrokerd)."""
 
@@ -35,6 +38,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 DOC = os.path.join(ROOT, "docs", "performance.md")
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+TLS_BEGIN, TLS_END = "<!-- compare --tls: begin -->", \
+    "<!-- compare --tls: end -->"
 CLUSTER_BEGIN = "<!-- compare --cluster: begin -->"
 CLUSTER_END = "<!-- compare --cluster: end -->"
 
@@ -88,20 +93,28 @@ class Bench:
                 (ru.ru_utime + ru.ru_stime) * 1e6,
                 commandstats(self.resp))
 
-    def run(self, target, scenario, args, duration, unix=False):
+    def run(self, target, scenario, args, duration, unix=False, tls=None):
         """One lockbench run; returns its JSON line as a dict. unix: the
-        clients reach the broker over a Unix socket, as a sidecar's do."""
+        clients reach the broker over a Unix socket, as a sidecar's do;
+        tls: over its TLS listener, with these certificates (lbtls)."""
         broker = None
         if target == "broker":
             conf = dict(BROKER_CONF)
             path = os.path.join(self.tmp, "lb.sock")
             if unix:
                 conf["listen"] = {"unix": path}
+            if tls:
+                conf["tls"] = {"port": self.lbtest.free_port(),
+                               "certificate": tls.server[0],
+                               "key": tls.server[1]}
             broker = self.lbtest.Broker(self.tmp, self.redis.port, conf,
                                         name="bench")
             addr, pid = "127.0.0.1:%d" % broker.port, broker.proc.pid
             if unix:
                 addr = path
+            if tls:
+                addr = "127.0.0.1:%d" % conf["tls"]["port"]
+                args = args + ["--tls", tls.ca]
         else:
             addr, pid = "127.0.0.1:%d" % self.redis.port, self.redis.proc.pid
         cmd = [self.lockbench, "--" + target, addr, "-s", scenario,
@@ -288,6 +301,55 @@ def write_doc(text, begin=BEGIN, end=END, who="compare"):
         f.write(doc)
 
 
+def compare_tls(build, args):
+    """Uncontended cycles over plain TCP and over TLS to one broker setup,
+    alternated for --rounds; the medians side by side, with the broker's
+    CPU per cycle, into docs/performance.md with --write."""
+    import lbtls
+    tmp = tempfile.mkdtemp(prefix="lbcompare-")
+    bench = Bench(build, tmp)
+    certs = lbtls.Certs(os.path.join(tmp, "certs"))
+    a, d = ["-c", "64", "-k", "10000"], args.duration
+    plain, tls = [], []
+    try:
+        for _ in range(args.rounds):
+            plain.append(bench.run("broker", "uncontended", a, d))
+            tls.append(bench.run("broker", "uncontended", a, d, tls=certs))
+    finally:
+        bench.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(runs, f):
+        v = sorted(f(r) for r in runs)
+        return v[len(v) // 2]
+    figs = [("cycles/s", lambda r: r["ops_per_s"]),
+            ("p99 cycle (ms)", lambda r: r["p99_ms"]),
+            ("broker CPU µs / cycle", lambda r: r["cpu_us_per_op"]["broker"]),
+            ("Redis CPU µs / cycle", lambda r: r["cpu_us_per_op"]["redis"]),
+            ("load generator CPU µs / cycle",
+             lambda r: r["cpu_us_per_op"]["lockbench"])]
+    out = ["| uncontended, 64 connections | plain TCP | TLS | TLS / plain |",
+           "|---|---|---|---|"]
+    for name, f in figs:
+        p, t = med(plain, f), med(tls, f)
+        out.append("| %s | %s | %s | %s |" % (name, fmt(p), fmt(t),
+                                              fmt(ratio(t, p), "×")))
+    bad = [r for r in plain + tls if r["errors"] or not r["ops"]]
+    text = "\n".join([
+        "Measured on %s; `bench/compare.py --tls -d %g --rounds %d`, %g s "
+        "per run, a fresh broker for each, plain and TLS alternated; "
+        "medians." % (machine(), d, args.rounds, d), "", "\n".join(out), "",
+        "<details><summary>lockbench runs (one JSON line each)</summary>", "",
+        "```"] + [json.dumps(x) for x in plain + tls] +
+        ["```", "", "</details>"])
+    print(text)
+    if bad:
+        sys.exit("compare: %d run(s) with errors or no cycles" % len(bad))
+    if args.write:
+        write_doc(text, TLS_BEGIN, TLS_END)
+    return 0
+
+
 def compare_cluster(build, args):
     """bench/cluster.py's run: its table, into docs/performance.md with
     --write; fails if a run had errors or a CROSSSLOT reply."""
@@ -314,8 +376,11 @@ def main():
                     help="one 2-second uncontended broker run (CI)")
     ap.add_argument("--cluster", action="store_true",
                     help="one Redis, a cluster of 1 master, one of 3")
+    ap.add_argument("--tls", action="store_true",
+                    help="uncontended over plain TCP and over TLS")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="--cluster: rounds of the setups, alternated")
+                    help="--cluster, --tls: rounds of the setups, "
+                    "alternated")
     ap.add_argument("--cluster-scenarios", nargs="+",
                     default=["uncontended", "contended"],
                     choices=["uncontended", "contended"])
@@ -327,6 +392,8 @@ def main():
     nofile = raise_nofile()
     if args.cluster:
         return compare_cluster(build, args)
+    if args.tls:
+        return compare_tls(build, args)
 
     tmp = tempfile.mkdtemp(prefix="lbcompare-")
     bench = Bench(build, tmp)

@@ -80,6 +80,8 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/ssl.h>
 #include <event2/event.h>
 
 /* The release script; its SHA1 is sent first, the body only after NOSCRIPT,
@@ -128,6 +130,7 @@ struct opts {
 	unsigned scale_names;
 	long pid; /* 0: none */
 	const char *csv;
+	const char *tls_ca; /* --tls: the broker's TLS listener, this CA */
 };
 
 struct bench;
@@ -157,6 +160,7 @@ struct bench {
 	struct sockaddr_storage sa[MAX_BROKERS];
 	socklen_t salen[MAX_BROKERS];
 	struct bconn *conns;
+	SSL_CTX *tls;	 /* --tls: every connection's client context */
 	unsigned nconns; /* workers, then holders, waiters, idle (scale) */
 	unsigned opened, connected, held, sent;
 	enum phase phase;
@@ -903,7 +907,10 @@ conn_open(struct bench *b, unsigned i)
 	c->id = i;
 	c->role = bench_role(b, i);
 	c->broker = i % b->o.naddrs;
-	c->bev = bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	c->bev = b->tls == NULL
+	    ? bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE)
+	    : bufferevent_openssl_socket_new(b->base, -1, SSL_new(b->tls),
+		  BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
 	c->timer = evtimer_new(b->base, conn_timer_cb, c);
 	if (c->bev == NULL || c->timer == NULL)
 		fatalx("out of memory");
@@ -1390,6 +1397,7 @@ static void __attribute__((noreturn)) usage(int status)
 	    "(100)\n"
 	    "  --pid PID           report VmRSS and VmHWM of PID (the broker "
 	    "or Redis)\n"
+	    "  --tls CAFILE        broker: its TLS listener, trusting CAFILE\n"
 	    "  --csv FILE          write the latency distribution to FILE, "
 	    "a gnuplot\n"
 	    "                      script to FILE.gp, a plot to FILE.png "
@@ -1478,6 +1486,9 @@ parse_one(struct opts *o, int ch, const char *arg)
 			fatalx("--csv: no quotes or newlines in the file name");
 		o->csv = arg;
 		break;
+	case 'S':
+		o->tls_ca = arg;
+		break;
 	case 'h':
 		usage(0);
 	default:
@@ -1524,6 +1535,7 @@ parse_opts(struct bench *b, int argc, char **argv)
 		{ "scale-names", required_argument, NULL, 'N' },
 		{ "pid", required_argument, NULL, 'p' },
 		{ "csv", required_argument, NULL, 'C' },
+		{ "tls", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1616,6 +1628,22 @@ bench_free(struct bench *b)
 	libevent_global_shutdown();
 }
 
+/* --tls: one client context for every connection, trusting the CA (the
+ * broker's certificate chain is verified; its name is not, a bench talks
+ * to the address it was given). */
+static void
+bench_tls(struct bench *b)
+{
+	if (b->o.tls_ca == NULL)
+		return;
+	if (b->o.target != TARGET_BROKER)
+		fatalx("--tls is for --broker");
+	if ((b->tls = SSL_CTX_new(TLS_client_method())) == NULL ||
+	    SSL_CTX_load_verify_locations(b->tls, b->o.tls_ca, NULL) != 1)
+		fatalx("--tls %s: cannot load the CA", b->o.tls_ca);
+	SSL_CTX_set_verify(b->tls, SSL_VERIFY_PEER, NULL);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1627,6 +1655,7 @@ main(int argc, char **argv)
 	 * with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
 	parse_opts(&b, argc, argv);
+	bench_tls(&b);
 	bench_init(&b);
 	bench_open_more(&b);
 	event_base_dispatch(b.base);
