@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""TLS for clients (docs/operations.md, TLS and identities): a TLS
-listener beside the plain one; client certificates that name identities,
-and those that are refused (none under require, expired, signed by
-another CA); plain text sent to the TLS port; a handshake that stalls,
-dropped at the AUTH timeout while others are served; certificates read
-again on SIGHUP (new connections get them, old ones keep working, bad
-ones leave the running ones); the key as a systemd credential."""
+"""TLS for clients (docs/operations.md, TLS): a TLS listener beside the
+plain one; client certificates that name identities, and those that are
+refused (none under require, expired, signed by another CA); plain text,
+garbage, cut and reset handshakes sent to the TLS port; a handshake that
+stalls, dropped at the AUTH timeout while others are served; certificates
+read again on SIGHUP (new connections get them, old ones keep working,
+bad ones leave the running ones); the key as a systemd credential;
+lockctl and the Python library over TLS."""
 
 import os
+import random
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -227,6 +230,42 @@ class PythonClient(TLSTest):
             self.assertIn("TLS", str(e.exception))
         finally:
             bad.close()
+
+
+class Hostile(TLSTest):
+    def test_garbage_and_broken_handshakes(self):
+        """Random bytes, a record header that promises 16 KiB and stops,
+        a hello cut by a reset, a line too long inside TLS: each gets
+        nothing but a closed connection (or ERR PROTO, inside TLS), and
+        the broker goes on serving."""
+        rng = random.Random(32)
+        for i in range(40):
+            c = Client(self.tls_port, timeout=10)
+            self.clients.append(c)
+            if i % 4 == 0:
+                c.sock.sendall(b"\x16\x03\x03\x40\x00" + bytes(100))
+                c.close()
+                continue
+            if i % 4 == 1:
+                c.sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00")
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                  struct.pack("ii", 1, 0))
+                c.close()  # a reset
+                continue
+            c.sock.sendall(bytes(rng.randrange(256)
+                                 for _ in range(rng.randrange(1, 3000))))
+            self.assertTrue(c.closed())
+            self.assertEqual(c.buf, b"")
+        t = self.tls(CERTS.billing)
+        t.send("ACQUIRE billing/" + "x" * 600)
+        self.assertTrue(t.line().startswith("ERR PROTO line too long"))
+        self.assertTrue(t.closed())
+        wait_until(lambda: self.stat("tls_failures_total") >= 20, 10,
+                   "the garbage's handshakes failed")
+        wait_until(lambda: self.stat("clients") == 1, 10,  # INFO's own
+                   "every hostile connection gone")
+        ok = self.tls(CERTS.billing)
+        self.assertTrue(ok.cmd("ACQUIRE billing/h WAIT 0").startswith("OK "))
 
 
 class Optional(TLSTest):
