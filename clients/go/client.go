@@ -13,6 +13,8 @@ package lockbroker
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -39,6 +41,15 @@ type Options struct {
 	// MaxConns bounds the connections (0: 512). Each waiting Acquire or
 	// Fill takes one for its wait; beyond MaxConns, further waits queue here.
 	MaxConns int
+	// CA is a PEM file of the CAs that sign the broker's certificate, which
+	// must name the host of Addr: TLS to the broker's TLS listener. Empty:
+	// $LOCKBROKER_CA; if that is empty too, no TLS.
+	CA string
+	// Cert and Key are a client certificate and its key (PEM files), sent
+	// with TLS. Empty: $LOCKBROKER_CERT, $LOCKBROKER_KEY.
+	Cert, Key string
+	// TLSConfig, if set, is used as it is instead of CA, Cert and Key.
+	TLSConfig *tls.Config
 }
 
 const (
@@ -56,6 +67,7 @@ const (
 type Client struct {
 	heard                 int64 // atomic (first: 64-bit aligned on 32-bit systems): UnixNano of the last line read
 	network, addr, secret string
+	tls                   *tls.Config // nil: plain TCP or a socket
 	timeout               time.Duration
 	maxConns              int
 
@@ -80,7 +92,11 @@ func Dial(ctx context.Context, o Options) (*Client, error) {
 	if secret != "" && !validWord(secret) {
 		return nil, fmt.Errorf("%w: a secret is one word of printable bytes", ErrInvalid)
 	}
-	cl := &Client{network: network, addr: addr, secret: secret,
+	tc, err := tlsConfig(o, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{network: network, addr: addr, secret: secret, tls: tc,
 		timeout: o.Timeout, maxConns: o.MaxConns, changed: make(chan struct{})}
 	if cl.timeout <= 0 {
 		cl.timeout = defaultTimeout
@@ -127,6 +143,51 @@ func parseAddr(a string) (network, addr string, err error) {
 	return "tcp", net.JoinHostPort(m[1]+m[2], strconv.Itoa(port)), nil
 }
 
+// tlsConfig is the TLS configuration Options ask for (nil: none): the CA
+// file's certificates as the roots, the host of addr as the name the
+// broker's certificate must have, and a client certificate if given.
+func tlsConfig(o Options, network, addr string) (*tls.Config, error) {
+	env := func(v, name string) string {
+		if v == "" {
+			return os.Getenv(name)
+		}
+		return v
+	}
+	ca, cert, key := env(o.CA, "LOCKBROKER_CA"), env(o.Cert, "LOCKBROKER_CERT"), env(o.Key, "LOCKBROKER_KEY")
+	if o.TLSConfig == nil && ca == "" {
+		if cert != "" || key != "" {
+			return nil, fmt.Errorf("%w: a client certificate needs TLS: set CA", ErrInvalid)
+		}
+		return nil, nil
+	}
+	if network != "tcp" {
+		return nil, fmt.Errorf("%w: TLS is over TCP, not a Unix socket", ErrInvalid)
+	}
+	if o.TLSConfig != nil {
+		return o.TLSConfig, nil
+	}
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("%w: a client certificate needs its key, and a key its certificate", ErrInvalid)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CA: %v", ErrInvalid, err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	c := &tls.Config{RootCAs: x509.NewCertPool(), ServerName: host, MinVersion: tls.VersionTLS12}
+	if !c.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: CA %s: no certificate in it", ErrInvalid, ca)
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %v", ErrInvalid, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}
+
 // dial opens and authenticates one connection (not yet in the pool).
 func (cl *Client) dial(ctx context.Context, first bool) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, cl.timeout)
@@ -135,6 +196,14 @@ func (cl *Client) dial(ctx context.Context, first bool) (*conn, error) {
 	nc, err := d.DialContext(dctx, cl.network, cl.addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if cl.tls != nil {
+		tc := tls.Client(nc, cl.tls)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("%w: TLS: %v", ErrUnavailable, err)
+		}
+		nc = tc
 	}
 	cn := newConn(cl, nc)
 	line, want := "", ""

@@ -12,6 +12,13 @@ export interface ClientOptions {
   maxConnections?: number;
   /** The broker's limits.max_locks_per_client. Default 64. */
   maxLocksPerConnection?: number;
+  /** TLS: a PEM file of the CAs that sign the broker's certificate, which
+   *  must name the host. Default: $LOCKBROKER_CA; neither: no TLS. */
+  ca?: string;
+  /** With ca, a client certificate and its key (PEM files). Default:
+   *  $LOCKBROKER_CERT, $LOCKBROKER_KEY. */
+  cert?: string;
+  key?: string;
 }
 
 export interface RequestOptions {

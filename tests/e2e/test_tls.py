@@ -8,6 +8,7 @@ read again on SIGHUP (new connections get them, old ones keep working,
 bad ones leave the running ones); the key as a systemd credential;
 lockctl and the Python library over TLS."""
 
+import json
 import os
 import random
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 from lbtest import SLOW, BrokerTest, Client, free_port, main, wait_until
 
@@ -266,6 +268,74 @@ class Hostile(TLSTest):
                    "every hostile connection gone")
         ok = self.tls(CERTS.billing)
         self.assertTrue(ok.cmd("ACQUIRE billing/h WAIT 0").startswith("OK "))
+
+
+NODE = shutil.which("node")
+NODE_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "..", "clients", "node")
+NODE_SCRIPT = r"""
+const { Client } = require(process.argv[1]);
+(async () => {
+  const c = new Client({ addr: process.argv[2] });
+  const out = {};
+  try {
+    const lease = await c.acquire('billing/node', { wait: 5000 });
+    out.fence = lease.fence;
+    await lease.release();
+    try { await c.acquire('orders/node', { wait: 0 }); out.other = 'granted'; }
+    catch (e) { out.other = e.message; }
+  } catch (e) { out.error = e.constructor.name + ': ' + e.message; }
+  await c.close();
+  console.log(JSON.stringify(out));
+})();
+"""
+
+
+@unittest.skipIf(NODE is None, "node is not on PATH")
+class NodeClient(TLSTest):
+    def node(self, env):
+        e = dict(os.environ, **env)
+        p = subprocess.run([NODE, "-e", NODE_SCRIPT, NODE_LIB,
+                            "127.0.0.1:%d" % self.tls_port],
+                           capture_output=True, text=True, env=e,
+                           timeout=30 * SLOW)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)
+
+    def test_the_node_library_over_tls(self):
+        """clients/node with $LOCKBROKER_CA, _CERT and _KEY: a lock as the
+        certificate's identity, DENIED outside it; a broker certificate
+        of another CA is an UnavailableError."""
+        out = self.node({"LOCKBROKER_CA": CERTS.ca,
+                         "LOCKBROKER_CERT": CERTS.billing[0],
+                         "LOCKBROKER_KEY": CERTS.billing[1]})
+        self.assertGreater(out.get("fence", 0), 0, out)
+        self.assertIn("DENIED", out["other"])
+        out = self.node({"LOCKBROKER_CA": CERTS.rogue_ca})
+        self.assertTrue(out.get("error", "").startswith("UnavailableError"),
+                        out)
+
+
+GO = shutil.which("go")
+GO_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                      "..", "clients", "go")
+
+
+@unittest.skipIf(GO is None, "go is not on PATH")
+class GoClient(TLSTest):
+    def test_the_go_library_over_tls(self):
+        """clients/go's TestTLS against this broker's TLS listener."""
+        env = dict(os.environ, LB_TLS_ADDR="127.0.0.1:%d" % self.tls_port,
+                   LB_TLS_CA=CERTS.ca, LB_TLS_CERT=CERTS.billing[0],
+                   LB_TLS_KEY=CERTS.billing[1], LB_TLS_ROGUE_CA=CERTS.rogue_ca,
+                   GOFLAGS="-count=1", GOPROXY="off")
+        env.setdefault("GOCACHE", os.path.join(tempfile.gettempdir(),
+                                               "lbtest-gocache"))
+        p = subprocess.run([GO, "test", "-run", "^TestTLS$", "-v", "."],
+                           cwd=GO_LIB, capture_output=True, text=True,
+                           env=env, timeout=300 * SLOW)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("--- PASS: TestTLS", p.stdout)
 
 
 class Optional(TLSTest):

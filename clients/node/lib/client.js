@@ -13,6 +13,7 @@
 // with that connection, and its EVENT LOST comes there.
 
 const crypto = require('node:crypto');
+const fs = require('node:fs');
 const { performance } = require('node:perf_hooks');
 const timers = require('node:timers/promises');
 const { Conn, expect, show } = require('./conn');
@@ -232,13 +233,39 @@ class Lease {
   }
 }
 
+// The options of tls.connect from ca, cert and key (files; the
+// environment's when not given), or undefined without a CA.
+function tlsOptions(opts, target) {
+  const pick = (v, env) => (v !== undefined ? v : process.env[env] || undefined);
+  const ca = pick(opts.ca, 'LOCKBROKER_CA');
+  const cert = pick(opts.cert, 'LOCKBROKER_CERT');
+  const key = pick(opts.key, 'LOCKBROKER_KEY');
+  if ((cert === undefined) !== (key === undefined))
+    throw new TypeError('a client certificate needs its key, and a key its certificate');
+  if (ca === undefined) {
+    if (cert !== undefined) throw new TypeError('a client certificate needs TLS: give ca');
+    return undefined;
+  }
+  if (target.path) throw new TypeError('TLS is over TCP, not a Unix socket');
+  const out = { ca: fs.readFileSync(ca), minVersion: 'TLSv1.2' };
+  if (cert !== undefined) {
+    out.cert = fs.readFileSync(cert);
+    out.key = fs.readFileSync(key);
+  }
+  return out;
+}
+
 class Client {
   // opts: addr ('HOST:PORT' or '/socket', default $LOCKBROKER_ADDR or
   // 127.0.0.1:7878), secret (default $LOCKBROKER_SECRET), timeout (ms a
   // reply may take beyond the request's own wait, default 5000),
-  // maxConnections (1000), maxLocksPerConnection (64).
+  // maxConnections (1000), maxLocksPerConnection (64); TLS: ca (a file of
+  // the CAs that sign the broker's certificate, which must name the host;
+  // default $LOCKBROKER_CA, unset: no TLS), cert and key (a client
+  // certificate; default $LOCKBROKER_CERT, $LOCKBROKER_KEY).
   constructor(opts = {}) {
     this.target = parseAddr(opts.addr === undefined ? envAddr() : opts.addr);
+    this._tls = tlsOptions(opts, this.target);
     const secret = opts.secret !== undefined ? opts.secret : process.env.LOCKBROKER_SECRET || undefined;
     if (secret !== undefined && (typeof secret !== 'string' || !/^[^\x00-\x20\x7f]+$/.test(secret)))
       throw new TypeError('secret must be one word of printable characters');
@@ -530,7 +557,8 @@ class Client {
   }
 
   _open() {
-    const conn = new Conn(this.target, { secret: this._secret, timeout: this.timeout }, this._hooks);
+    const target = this._tls ? { ...this.target, tls: this._tls } : this.target;
+    const conn = new Conn(target, { secret: this._secret, timeout: this.timeout }, this._hooks);
     this.conns.push(conn);
     if (this._sweeper === null) {
       this._sweeper = setInterval(() => this._sweep(), IDLE_MS / 2);

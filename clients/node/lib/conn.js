@@ -5,6 +5,7 @@
 // through two hooks (lost, closed).
 
 const net = require('node:net');
+const tls = require('node:tls');
 const { UnavailableError, ProtocolError, TimeoutError, brokerError } = require('./errors');
 
 // A reply line longer than this is not the protocol (the longest real one,
@@ -16,7 +17,8 @@ const LOST_RE = /^EVENT LOST (\S+) (\d{1,16}) ([a-z]+)$/;
 
 class Conn {
   // hooks: { lost(conn, name, fence, reason), closed(conn, err) }.
-  // target: { host, port } or { path }; auth: { secret, timeout }.
+  // target: { host, port, tls } or { path }, where tls (if set) holds the
+  // options of tls.connect (ca, cert, key); auth: { secret, timeout }.
   constructor(target, auth, hooks) {
     this.hooks = hooks;
     this.pending = []; // requests sent, oldest first: the next reply is pending[0]'s
@@ -31,7 +33,10 @@ class Conn {
     this.chunks = []; // the line being received, not yet ended
     this.chunkBytes = 0;
     this.said = ''; // an ERR the broker sent unasked before closing (idle, auth timeout)
-    const sock = target.path ? net.connect(target.path) : net.connect(target.port, target.host);
+    const sock = target.path ? net.connect(target.path)
+      : target.tls ? tls.connect({ ...target.tls, port: target.port, host: target.host,
+        servername: net.isIP(target.host) ? undefined : target.host })
+        : net.connect(target.port, target.host);
     this.sock = sock;
     sock.setNoDelay(true);
     sock.on('data', (chunk) => this._data(chunk));
