@@ -140,9 +140,8 @@ cmd_auth_judge(struct session *s, const char *secret)
 void
 cmd_denied(struct session *s, int right, const char *name)
 {
-	STAT_INC(errors_total);
 	ident_count(s->ident, true);
-	evbuffer_add_printf(s->out, "ERR DENIED %s may not %s %s\n",
+	cmd_error(s, PERR_DENIED, "%s may not %s %s",
 	    s->ident != NULL ? s->ident->name : "-", config_right_name(right),
 	    name);
 }

@@ -16,6 +16,7 @@ static const char *const proto_err_names[] = {
 	[PERR_LIMIT] = "LIMIT",
 	[PERR_NOAUTH] = "NOAUTH",
 	[PERR_AUTH] = "AUTH",
+	[PERR_DENIED] = "DENIED",
 	[PERR_UNAVAILABLE] = "UNAVAILABLE",
 	[PERR_SHUTDOWN] = "SHUTDOWN",
 	[PERR_INTERNAL] = "INTERNAL",

@@ -145,6 +145,7 @@ START_TEST(test_keywords_and_errors)
 	ck_assert_str_eq(proto_err_name(PERR_PROTO), "PROTO");
 	ck_assert_str_eq(proto_err_name(PERR_NOTHELD), "NOTHELD");
 	ck_assert_str_eq(proto_err_name(PERR_INTERNAL), "INTERNAL");
+	ck_assert_str_eq(proto_err_name(PERR_DENIED), "DENIED");
 }
 END_TEST
 
