@@ -304,7 +304,8 @@ lockdb_reply_cb(const redisReply *r, void *arg)
 
 	/* Not sent, or the connection went: say so, not "in time". */
 	if (r == NULL && redisc_deposed())
-		out.why = "the Redis master was replaced while it was silent";
+		out.why = "the Redis master answered after a silence, and the "
+			  "cluster no longer names it for this name";
 	else if (r == NULL && !redisc_up())
 		out.why = "no connection to Redis (reconnecting)";
 	out.not_run = r == NULL && redisc_unsent();

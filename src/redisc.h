@@ -110,7 +110,9 @@ bool redisc_idle(void);
  */
 bool redisc_unsent(void);
 /* While a request is answered NULL because the cluster master that ran it
- * had been replaced while it was silent (redisc_doubt.c): true. */
+ * answered after a silence and the map no longer names it for the
+ * request's slot (replaced, failing, or the slot moved: redisc_doubt.c):
+ * true. */
 bool redisc_deposed(void);
 void redisc_eval(struct redisc_script *script, int nkeys, int n,
     const char *const *args, const size_t *lens, redisc_cb *cb, void *arg);

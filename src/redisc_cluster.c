@@ -368,6 +368,7 @@ redisc_map_cb(const redisReply *r, void *arg)
 		return;
 	rc.mapping = false;
 	if (r == NULL) {
+		rc.node[rc.map_node].map_failed_ms = mono_ms();
 		redisc_map_later();
 		return;
 	}
@@ -402,11 +403,10 @@ redisc_map_ask(int node)
 
 	if (rc.mapping || evtimer_pending(rc.map_ev, NULL))
 		return;
-	if (!redisc_node_up(node)) { /* another that is up, or later */
-		for (node = 0; node < rc.nnodes; node++)
-			if (redisc_node_up(node))
-				break;
-		if (node == rc.nnodes) {
+	/* Another that is up and answers, or later. */
+	if (!redisc_node_up(node) ||
+	    now < rc.node[node].map_failed_ms + REDISC_MAP_AVOID_MS) {
+		if ((node = redisc_map_pick(-1)) < 0) {
 			struct timeval tv = util_timeval(REDISC_MAP_MIN_MS);
 
 			evtimer_add(rc.map_ev, &tv);
@@ -430,21 +430,20 @@ redisc_map_ask(int node)
 	redisc_submit(req);
 }
 
-/* The map, asked of any node that is up (one not in doubt while one
- * is). */
+/* The map, asked of the node that answers best (of another than one in
+ * doubt while one is). */
 static void
 redisc_map_ev_cb(evutil_socket_t fd, short what, void *arg)
 {
+	int node;
+
 	for (int i = 0; i < rc.nnodes; i++)
 		if (redisc_doubted(i)) {
 			redisc_map_ask_other(i);
 			return;
 		}
-	for (int i = 0; i < rc.nnodes; i++)
-		if (rc.node[i].conn.up) {
-			redisc_map_ask(i);
-			return;
-		}
+	if ((node = redisc_map_pick(-1)) >= 0)
+		redisc_map_ask(node);
 }
 
 /* The map asked for again soon: the last ask failed. */

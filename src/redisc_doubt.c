@@ -10,8 +10,11 @@
  * their slots: those it does are answered as they came, the others as
  * unknown (they may have run, on data its successor does not have),
  * while a redirect is followed as usual. A map the node itself answers
- * vouches for nothing: it may be as stale as the node. Calls
- * redisc_cluster.c (the map) and redisc.c (answering).
+ * vouches for nothing: it may be as stale as the node. The same
+ * knowledge of who answers picks the node any map is asked of
+ * (redisc_map_pick): a node stopped with its socket open takes requests
+ * and answers none. Calls redisc_cluster.c (the map) and redisc.c
+ * (answering).
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -65,22 +68,52 @@ redisc_node_quiet(int node, uint64_t ms)
 		rc.node[node].quiet_ms = ms;
 }
 
-/* The node to ask for a map that vouches for node: one up and not in
- * doubt itself if there is one, else any other that is up; -1: none. */
+/*
+ * Whether node a is a better one to ask for the map than b (-1: none): a
+ * map that did not answer lately (a node stopped with its socket open:
+ * the kernel still takes connections and requests for it), then one in
+ * doubt or out of the map, count against a node; then the one heard from
+ * last.
+ */
+static bool
+redisc_map_better(int a, int b, uint64_t now)
+{
+	const struct redisc_node *x = &rc.node[a], *y;
+	bool xf, yf, xd, yd;
+
+	if (b < 0)
+		return true;
+	y = &rc.node[b];
+	xf = now < x->map_failed_ms + REDISC_MAP_AVOID_MS;
+	yf = now < y->map_failed_ms + REDISC_MAP_AVOID_MS;
+	if (xf != yf)
+		return yf;
+	xd = x->doubt_ms != 0 || !x->in_map;
+	yd = y->doubt_ms != 0 || !y->in_map;
+	if (xd != yd)
+		return yd;
+	return x->heard_ms > y->heard_ms;
+}
+
+int
+redisc_map_pick(int avoid)
+{
+	uint64_t now = mono_ms();
+	int best = -1;
+
+	for (int i = 0; i < rc.nnodes; i++)
+		if (i != avoid && rc.node[i].conn.up &&
+		    redisc_map_better(i, best, now))
+			best = i;
+	return best;
+}
+
+/* The node to ask for a map that vouches for node: another that answers
+ * (redisc_map_pick); -1: none is up. */
 int
 redisc_doubt_asker(int node)
 {
-	int other = -1;
-
-	for (int i = 0; i < rc.nnodes; i++) {
-		if (i == node || !rc.node[i].conn.up)
-			continue;
-		if (rc.node[i].doubt_ms == 0 && rc.node[i].in_map)
-			return i;
-		if (other < 0)
-			other = i;
-	}
-	return other;
+	return redisc_map_pick(node);
 }
 
 /* The node has not been heard for longer than its quiet_ms: in doubt,
@@ -176,7 +209,7 @@ redisc_doubt_end(struct redisc_node *n)
 	}
 	if (deposed > 0 || !serves)
 		log_warnx(
-		    "redis cluster: %s was replaced while it was silent: %u of its replies given up as unknown",
+		    "redis cluster: %s answered after a silence but the map no longer names it for their slots (replaced, failing or moved): %u of its replies given up as unknown",
 		    redisc_node_name(n->conn.node, name, sizeof name), deposed);
 }
 

@@ -97,6 +97,9 @@ struct redisc_node {
 	 * and the replies held meanwhile. */
 	uint64_t heard_ms, quiet_ms, doubt_ms;
 	struct redisc_held *held, **held_tail;
+	/* When a map asked of it last went unanswered: a node stopped with
+	 * its socket open is not asked again soon (redisc_map_pick). */
+	uint64_t map_failed_ms;
 };
 
 /* How often an outage's same failure is logged again. */
@@ -226,6 +229,13 @@ void redisc_doubt_stop(void);
 void redisc_map_forget(int node);
 void redisc_map_ask_other(int node);
 
+/* A node whose map went unanswered is asked again only this much later,
+ * while another is up. */
+#define REDISC_MAP_AVOID_MS 10000
+/* redisc_doubt.c: the node to ask for the map: one that is up, other
+ * than avoid, whose last map answered, heard from most recently (not in
+ * doubt, and in the map, if there is such a one); -1: none is up. */
+int redisc_map_pick(int avoid);
 /* redisc_cluster.c: a node the map no longer names has its connection
  * closed once nothing is in flight or held there. */
 void redisc_node_park(int node);

@@ -546,8 +546,8 @@ class FrozenMaster(ClusterTest):
         ra = next_line(a, 10)
         self.assertFalse(ra.startswith("OK "),
                          "%s granted to a while z holds it: %r" % (n, ra))
-        self.assertIn("master was replaced", ra)
-        self.assertIn("was replaced while it was silent", b1.logtext())
+        self.assertIn("answered after a silence", ra)
+        self.assertIn("the map no longer names it", b1.logtext())
         self.assertGreaterEqual(int(b1.info()["redis_deposed_total"]), 1)
         self.assertIn(n, locks_of(z))
         self.assertNotIn(n, locks_of(a))
@@ -556,6 +556,45 @@ class FrozenMaster(ClusterTest):
         # The broker serves n again, from the new master.
         wait_until(lambda: a.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "),
                    3 * GRACE_S, "n granted to a after the failover")
+
+
+class TwoFrozen(ClusterTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lbcluster-")
+        cls.cluster = Cluster(cls.tmp, masters=5,
+                              node_timeout_ms=NODE_TIMEOUT_MS,
+                              extra=("--cluster-require-full-coverage",
+                                     "no"))
+
+    def test_two_masters_stopped_do_not_stall_the_broker(self):
+        """Two masters of five stopped (SIGSTOP) at once, both replaced by
+        their replicas. The kernel still takes connections and requests
+        for them, so a broker that asked them for the map waited on them
+        for as long as they stayed stopped, and granted nothing in their
+        shards meanwhile. Now a map that went unanswered sends the next
+        ask elsewhere: a name of the stopped shard is granted on its new
+        master within its grace period."""
+        a, b = self.cluster.masters()[:2]
+        n, = self.cluster.names_in_each_shard(1, base="tf")[a]
+        b2 = self.broker("b2", seed=a, redis={"command_timeout_ms": 500})
+        z = self.client(b2)
+        self.assertTrue(z.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "))
+        self.assertEqual(z.cmd("RELEASE %s" % n), "OK")
+        self.cluster.wait_replicated()
+        for m in (a, b):
+            self.cluster.pause(m)
+            self.addCleanup(lambda m=m: m in self.cluster.paused and
+                            self.cluster.resume(m))
+        self.cluster.wait_settled(
+            lambda v: not {a, b} & {p for _, _, p in v.slot_map()},
+            what="both stopped masters replaced")
+        wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "),
+                   2 * GRACE_S + 5, "%s granted on its new master" % n)
+        self.assertEqual(z.cmd("RELEASE %s" % n), "OK")
+        for m in (a, b):
+            self.cluster.resume(m, settle=False)
+        self.cluster.wait_settled(what="with both resumed")
 
 
 if __name__ == "__main__":
