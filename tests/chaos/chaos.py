@@ -68,6 +68,14 @@ SELF_TEST_LOAD = {"owed_blind": {"long_share": 0.5},
                   # one_scope: holds a shard's failover lost outlive its
                   # grace period only if long.
                   "one_scope": {"long_share": 0.5}}
+# Variants a run catches only if another client happens to take a name in
+# the window the broken build leaves (a hold whose keys were wiped, untold;
+# an owed release that deleted a regrant): with the cold names seldom
+# contended, a 60-second run missed one in about one CI run in three on
+# this 2-core machine. Such a variant not caught gets a second run with
+# another seed (a miss is then the square of one). A probe that takes the
+# names in that window itself would make it certain.
+BY_CHANCE = ("owed_blind", "no_confirm")
 N_WORKERS, N_CONNS = 8, 8
 COMMAND_TIMEOUT_S = BROKER_CONF["redis"]["command_timeout_ms"] / 1000.0
 DEFAULT_BINARY = os.path.join(HERE, "..", "..", "build-chaos", "src",
@@ -169,6 +177,14 @@ def self_test(args):
         print(report.summary(res) + "\n")
         caught = [n for n in report.CHECKERS
                   if res["checks"].get(n, {}).get("violations")]
+        second = False
+        if not caught and v in BY_CHANCE:
+            res = run(args, v, seed=args.seed + 1000 + i,
+                      stop_when_caught=True)
+            print(report.summary(res) + "\n")
+            caught = [n for n in report.CHECKERS
+                      if res["checks"].get(n, {}).get("violations")]
+            second = True
         results[v] = {"caught_by": caught, "expected": catchers(v),
                       "ok": any(c in caught for c in catchers(v)),
                       "run_time_s": res["run_time_s"],
@@ -177,9 +193,10 @@ def self_test(args):
                       "faults": [f["kind"] for f in res["faults"]],
                       "examples": {n: res["checks"][n]["violations"][:3]
                                    for n in caught}}
-        lines.append("  %-18s %s (%.0f s)%s" % (
+        lines.append("  %-18s %s (%.0f s%s)%s" % (
             v, "caught by " + ", ".join(caught) if caught else "NOT CAUGHT",
-            res["run_time_s"], "" if results[v]["ok"] else
+            res["run_time_s"], ", in a second run" if second else "",
+            "" if results[v]["ok"] else
             "  (NOT by %s)" % " or ".join(catchers(v))))
     ok = all(r["ok"] for r in results.values())
     print("== self-test: %s\n%s" % ("PASS" if ok else "FAIL",
