@@ -263,7 +263,7 @@ redisc_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 
 		conn->last_reply_ms = now / 1000;
 		stats_observe(HIST_redis_rtt_seconds, now - req->sent_us);
-		if (redisc_doubt_heard(conn->node, req, reply))
+		if (redisc_doubt_heard(conn->node, req, reply, now / 1000))
 			return; /* held (redisc_doubt.c) */
 	}
 	if (req->answered)

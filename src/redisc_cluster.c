@@ -560,6 +560,20 @@ redisc_redirect_parse(
 	return kind;
 }
 
+bool
+redisc_cluster_word(const redisReply *r)
+{
+	static const char *const words[] = { "MOVED ", "ASK ", "TRYAGAIN",
+		"CLUSTERDOWN" };
+
+	if (r == NULL || r->type != REDIS_REPLY_ERROR)
+		return false;
+	for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+		if (strncmp(r->str, words[i], strlen(words[i])) == 0)
+			return true;
+	return false;
+}
+
 /* TRYAGAIN: sent again a moment later (its deadline still holds). */
 static void
 redisc_retry_later(struct redisc_req *req)

@@ -137,11 +137,11 @@ redisc_doubt_begin(struct redisc_node *n, uint64_t now)
 }
 
 bool
-redisc_doubt_heard(int node, struct redisc_req *req, const redisReply *r)
+redisc_doubt_heard(
+    int node, struct redisc_req *req, const redisReply *r, uint64_t now)
 {
 	struct redisc_node *n;
 	struct redisc_held *h;
-	uint64_t now = mono_ms();
 
 	if (!rc.cluster || node < 0 || node >= rc.nnodes)
 		return false;
@@ -168,11 +168,7 @@ redisc_doubt_settle(struct redisc_held *h)
 {
 	struct redisc_req *req = h->req;
 	const redisReply *r = h->reply;
-	bool redirect = r->type == REDIS_REPLY_ERROR &&
-	    (strncmp(r->str, "MOVED ", 6) == 0 ||
-		strncmp(r->str, "ASK ", 4) == 0 ||
-		strncmp(r->str, "TRYAGAIN", 8) == 0 ||
-		strncmp(r->str, "CLUSTERDOWN", 11) == 0);
+	bool redirect = redisc_cluster_word(r);
 	bool deposed = false;
 
 	if (req->answered) {

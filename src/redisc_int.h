@@ -213,7 +213,8 @@ void redisc_reply_use(struct redisc_req *req, const redisReply *reply);
 
 /* redisc_doubt.c: a reply to req came from node; true if it is held
  * because the node is in doubt (it may have been replaced). */
-bool redisc_doubt_heard(int node, struct redisc_req *req, const redisReply *r);
+bool redisc_doubt_heard(
+    int node, struct redisc_req *req, const redisReply *r, uint64_t now_ms);
 /* redisc_doubt.c: a map asked of node asked at asked_ms is in use: the
  * nodes in doubt since before then, other than asked, are settled. */
 void redisc_doubt_mapped(int asked, uint64_t asked_ms);
@@ -239,6 +240,10 @@ int redisc_map_pick(int avoid);
 /* redisc_cluster.c: a node the map no longer names has its connection
  * closed once nothing is in flight or held there. */
 void redisc_node_park(int node);
+
+/* redisc_cluster.c: whether r is an error the routing handles (MOVED,
+ * ASK, TRYAGAIN, CLUSTERDOWN): not an answer of the request itself. */
+bool redisc_cluster_word(const redisReply *r);
 
 /* redisc_cluster.c: "host:port" or "[v6]:port" (a redis.sentinels or
  * redis.cluster entry, checked by the config) into its parts. */
