@@ -53,6 +53,7 @@ local runId = ARGV[14] -- its connection's Redis, or "" (lib/gate.lua)
 -- include fields.lua
 -- include now.lua
 -- include fence.lua
+-- include process.lua
 -- include gate.lua
 -- include plain.lua
 local closed, clock = gate(incarnationKey, incarnation, runId)

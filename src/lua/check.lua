@@ -41,8 +41,10 @@ local lockValue = ARGV[4] -- the lock key's value to put back:
 local incarnation = ARGV[5] -- the id the broker knows (lib/gate.lua)
 local runId = ARGV[6] -- its connection's Redis, or "" (lib/gate.lua)
 
-local m = redis.call('HMGET', incarnationKey, 'id', 'grace', 'runid')
-if m[1] ~= incarnation or (runId ~= '' and m[3] ~= runId) then
+-- include process.lua
+local m = redis.call('HMGET', incarnationKey, 'id', 'grace', 'runid',
+  'replid')
+if m[1] ~= incarnation or not same_process(m[3], m[4], runId) then
   return {-1, 0}
 end
 -- include keep.lua

@@ -33,8 +33,9 @@ local lockName = ARGV[6]
 local incarnation = ARGV[7] -- the id the broker knows (lib/gate.lua)
 local runId = ARGV[8] -- its connection's Redis, or "" (lib/gate.lua)
 
-local m = redis.call('HMGET', incarnationKey, 'id', 'runid')
-if m[1] ~= incarnation or (runId ~= '' and m[2] ~= runId) then
+-- include process.lua
+local m = redis.call('HMGET', incarnationKey, 'id', 'runid', 'replid')
+if m[1] ~= incarnation or not same_process(m[2], m[3], runId) then
   return -1
 end
 

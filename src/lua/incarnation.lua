@@ -3,12 +3,14 @@
 -- whether grants must wait (docs/protocol.md §8, "When Redis forgets").
 --
 -- The marker is a hash: id (Redis's TIME in microseconds when it was
--- made), runid (the run_id of the Redis process it was last confirmed on)
--- and grace (ms on TIME's clock until which nothing is granted). It is
--- made anew when it is missing (a first start, FLUSHALL, a restart without
--- persistence, eviction) or when another Redis process serves it than the
--- one that last did (a failover, a restart): what that Redis has may be
--- older than what was granted. Then every grant waits grace ms (at least
+-- made), runid and replid (the run_id and master_replid of the Redis
+-- process it was last confirmed on, lib/process.lua) and grace (ms on
+-- TIME's clock until which nothing is granted). It is made anew when it
+-- is missing (a first start, FLUSHALL, a restart without persistence,
+-- eviction) or when another Redis process serves it than the one that
+-- last did (a failover, a restart, a former master made master again):
+-- what that Redis has may be older than what was granted. A marker made
+-- by an older broker, without replid, is given this Redis's. Then every grant waits grace ms (at least
 -- the longest a broker trusts its holds without hearing this marker, and
 -- the time a master cut off from its replicas goes on taking writes), and
 -- brokers put their holds back meanwhile (check.lua). The first line
@@ -61,8 +63,9 @@ local knownId = ARGV[5] -- the incarnation the broker knows, "" for none
 -- include now.lua
 local t = redis.call('TIME')
 local now = now_ms(t)
+-- include process.lua
 local m = redis.call('HMGET', incarnationKey, 'id', 'runid', 'grace', 'need',
-  'evicted')
+  'evicted', 'replid')
 local need = math.max(tonumber(m[4] or '0') or 0, tonumber(graceMs))
 local ev = -1
 if readEvictions == '1' then
@@ -74,8 +77,12 @@ end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
 local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
-if m[1] and (m[2] == runId or runId == '') and not evicted and
+local rep = runId ~= '' and replid_now() or nil
+if m[1] and same_process(m[2], m[6], runId, rep) and not evicted and
     not older then
+  if rep and not m[6] then
+    redis.call('HSET', incarnationKey, 'replid', rep)
+  end
   if need ~= tonumber(m[4] or '') then
     redis.call('HSET', incarnationKey, 'need', ms(need))
   end
@@ -90,5 +97,8 @@ redis.call('HSET', incarnationKey, 'id', id, 'runid', runId, 'grace',
   ms(now + need), 'need', ms(need))
 if ev >= 0 then
   redis.call('HSET', incarnationKey, 'evicted', ms(ev))
+end
+if rep then
+  redis.call('HSET', incarnationKey, 'replid', rep)
 end
 return {id, need, 1, need, now, ev}

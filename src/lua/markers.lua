@@ -23,22 +23,24 @@
 --   markers' keys ("<prefix>{<tag>}incarnation", lockdb_script.c makes
 --   them), each of a slot served here.
 -- Returns, for each key in order, 1 if it is there and was last confirmed
---   on this run_id (or the run_id is not known), 2 if it is there but was
---   last confirmed on another Redis process (a failover or a restart
---   since: its slot needs a new incarnation), 0 if it is not there, -1 if
---   it could not be read here.
+--   on this Redis process (lib/process.lua; or the run_id is not known), 2
+--   if it is there but was last confirmed on another Redis process (a
+--   failover, a restart or a failback since: its slot needs a new
+--   incarnation), 0 if it is not there, -1 if it could not be read here.
 
 local runId = ARGV[1]
 
+-- include process.lua
+local rep = runId ~= '' and replid_now() or nil
 local out = {}
 for i, key in ipairs(ARGV) do
   if i > 1 then
-    local r = redis.pcall('HMGET', key, 'id', 'runid')
+    local r = redis.pcall('HMGET', key, 'id', 'runid', 'replid')
     if type(r) ~= 'table' or r.err then
       out[i - 1] = -1
     elseif not r[1] then
       out[i - 1] = 0
-    elseif r[2] == runId or runId == '' then
+    elseif same_process(r[2], r[3], runId, rep) then
       out[i - 1] = 1
     else
       out[i - 1] = 2

@@ -154,6 +154,7 @@ if not queued then
 end
 -- A hand-over, from here on: its functions are made only when one may be.
 -- include fence.lua
+-- include process.lua
 -- include gate.lua
 -- include tickets.lua
 -- The gate's TIME is the clock of the queue and of the fence.

@@ -55,6 +55,7 @@ local liveMs = ARGV[13]
 -- include fields.lua
 -- include now.lua
 -- include fence.lua
+-- include process.lua
 -- include gate.lua
 -- include plain.lua
 -- include tickets.lua

@@ -558,6 +558,57 @@ class FrozenMaster(ClusterTest):
                    3 * GRACE_S, "n granted to a after the failover")
 
 
+class FailBack(ClusterTest):
+    def test_a_former_master_made_master_again(self):
+        """A master failed over to its replica becomes that replica's
+        replica; its link cut, it misses what the new master grants (z
+        takes n there). The new master stops and the old one takes over
+        (CLUSTER FAILOVER TAKEOVER) with what it had: its run_id is the
+        one its markers name, but Redis gave it another replication id,
+        so n's slot is a new incarnation there. Neither b1 (which knew
+        the old master all along and was idle) nor b3 (started after the
+        failback) grants n while z lists it untold."""
+        b1 = self.broker("b1")
+        a = self.client(b1)
+        shards = self.cluster.names_in_each_shard(1, base="fb")
+        old = sorted(shards)[0]
+        n, = shards[old]
+        marker = "lockbroker:{%s}incarnation" % slot_tag(slot_of_name(n))
+        self.assertTrue(a.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "))
+        self.assertEqual(a.cmd("RELEASE %s" % n), "OK")
+        self.cluster.wait_replicated(old)
+        stale = self.cluster.node(old)("HGET", marker, "id")
+        new = self.cluster.failover(old)
+        self.cluster.cut_replica(new)
+        self.addCleanup(lambda: old in self.cluster.paused and
+                        self.cluster.resume(old))
+        b2 = self.broker("b2", seed=new, redis={"command_timeout_ms": 500})
+        z = self.client(b2)
+        wait_until(lambda: z.cmd("ACQUIRE %s TTL 60000 WAIT 0" % n)
+                   .startswith("OK "), 3 * GRACE_S + 10,
+                   "n granted to z on the new master")
+        self.cluster.pause(new)
+        self.addCleanup(lambda: new in self.cluster.paused and
+                        self.cluster.resume(new))
+        self.cluster.resume(old, settle=False)
+        self.assertEqual(self.cluster.node(old)("CLUSTER", "FAILOVER",
+                                                "TAKEOVER"), "OK")
+        self.cluster.wait_settled(
+            lambda v: v.owner(slot_of_name(n)) == old,
+            what="%d serving n again" % old)
+        told = []
+        for c in (a, self.client(self.broker("b3", seed=old))):
+            r = c.cmd("ACQUIRE %s WAIT 0" % n)
+            told += drain(z, 0.001)
+            self.assertFalse(r.startswith("OK ") and not any(
+                e.startswith("EVENT LOST %s " % n) for e in told),
+                "%s granted while z holds it, untold: %r" % (n, r))
+        node = self.cluster.node(old)
+        self.assertNotEqual(node("HGET", marker, "id"), stale)
+        self.assertIn("master_replid:%s\r" % node("HGET", marker, "replid"),
+                      node("INFO", "replication"))
+
+
 class TwoFrozen(ClusterTest):
     @classmethod
     def setUpClass(cls):

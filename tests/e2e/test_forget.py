@@ -11,8 +11,9 @@ import signal
 import sys
 import time
 
-from lbtest import (LATE, SLOW, Broker, BrokerTest, Redis, main, wait_for,
-                    wait_until)
+from lbtest import (LATE, SLOW, Broker, BrokerTest, Redis, free_port, main,
+                    wait_for, wait_until)
+from test_told import drain
 
 TRUST_MS = 600
 CONF = {"redis": {"trust_ms": TRUST_MS}}
@@ -194,6 +195,62 @@ class Forget(BrokerTest):
         self.assertRegex(line, r"^EVENT LOST quiet \d+ unavailable$")
         self.assertLess(waited, TRUST_MS / 1000.0 + 0.5 * LATE)
         self.assertEqual(locks_of(a), [])
+
+
+class FailBack(BrokerTest):
+    """A master made a replica (its replica promoted) and then master
+    again before it caught up: Sentinel promoting a former master that
+    missed writes, or an operator's REPLICAOF NO ONE. Its run_id is the
+    one it had when it last served, so its markers still name it; what
+    its successor granted in between is not in it. Redis gave it another
+    replication id when it was made master again, and the marker keeps
+    the one it was confirmed on: a new incarnation."""
+
+    conf = CONF
+
+    def test_a_former_master_back_with_older_data(self):
+        m = self.redis
+        r = Redis(self.tmpdir, extra=("--replicaof", "127.0.0.1",
+                                      str(m.port)))
+        self.addCleanup(r.kill)
+        wait_until(lambda: "master_link_status:up" in
+                   r("INFO", "replication"), 10, "the replica in sync")
+        # A master's first replica gives it a new replication id too,
+        # and so a grace period (docs/operations.md, When Redis forgets).
+        self.wait_grants()
+        a = self.client()
+        self.assertRegex(a.cmd("ACQUIRE fb WAIT 0"), r"^OK ")
+        self.assertEqual(a.cmd("RELEASE fb"), "OK")
+        wait_until(lambda: m("WAIT", 1, 1000) == 1, 10, "fb replicated")
+        # The replica is promoted; the master is made a replica of a
+        # Redis that is not there, so it misses what is written next.
+        self.assertEqual(r("REPLICAOF", "NO", "ONE"), "OK")
+        self.assertEqual(m("REPLICAOF", "127.0.0.1", str(free_port())), "OK")
+        b1 = Broker(self.tmpdir, r.port, CONF, name="b1")
+        self.brokers.append(b1)
+        z = self.client(b1)
+        wait_until(lambda: z.cmd("ACQUIRE fb TTL 60000 WAIT 0")
+                   .startswith("OK "), GRACE_S + 10, "fb granted to z")
+        # The successor goes; the former master serves again, with
+        # what it had.
+        r.kill()
+        self.assertEqual(m("REPLICAOF", "NO", "ONE"), "OK")
+        ra = a.cmd("ACQUIRE fb WAIT 0")
+        told = drain(z, 0.001)
+        self.assertFalse(ra.startswith("OK ") and not any(
+            e.startswith("EVENT LOST fb ") for e in told),
+            "fb granted to a while z holds it, untold: %r" % ra)
+        self.assertIn("new lock data", self.broker.logtext())
+        # a gets it once the grace period is over: z was told by then.
+        def answered():
+            r = a.cmd("ACQUIRE fb WAIT 0")
+            return None if r.startswith("ERR UNAVAILABLE") else r
+        self.assertRegex(wait_until(answered, GRACE_S + 10,
+                                    "fb granted past the grace period"),
+                         r"^OK ")
+        told += drain(z, 0.001)
+        self.assertIn("EVENT LOST fb", "\n".join(told))
+        self.assertEqual(locks_of(z), [])
 
 
 class ForgetFresh(BrokerTest):

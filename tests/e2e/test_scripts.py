@@ -10,7 +10,7 @@ import re
 import sys
 import tempfile
 
-from lbtest import BrokerTest, Resp, main, wait_for
+from lbtest import BrokerTest, Resp, free_port, main, wait_for
 
 LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                    "..", "..", "src", "lua")
@@ -198,7 +198,7 @@ class Scripts(BrokerTest):
         self.assertEqual(embed.keys(path), [])
         text = embed.expand(path)
         self.assertEqual(re.findall(r"redis\.p?call\('(\w+)'", text),
-                         ["HMGET"])
+                         ["INFO", "HMGET"])
         self.r("HSET", MARK, "runid", "r1")
         before = self.r("HGETALL", MARK)
         missing = "lockbroker:{x}incarnation"
@@ -865,6 +865,55 @@ class Scripts(BrokerTest):
         # A new incarnation waits as long as the longest need known.
         self.assertEqual((other[1], other[2], other[3]), (5000, 1, 5000))
         self.assertEqual(self.r("HGET", MARK, "runid"), "run-b")
+
+    def replid(self):
+        return re.search(r"master_replid:(\w+)",
+                         self.r("INFO", "replication")).group(1)
+
+    def test_another_replication_id(self):
+        """A master made a replica and master again (a failback to a
+        former master that may have missed its successor's writes) keeps
+        its run_id but not its replication id (INFO's master_replid):
+        the marker remembers the one it was made or confirmed on, and
+        the gate, check, extend and markers.lua treat another as another
+        Redis process, as incarnation.lua does (a new incarnation). A
+        marker without one (made by an older broker) is not doubted for
+        it, and incarnation.lua adds it."""
+        self.r("DEL", MARK)
+        made = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
+        self.r("HSET", MARK, "grace", 0)
+        inc = made[0]
+        g = self.acquire("f", "t", inc=inc, rid="run-a")
+        self.assertEqual(g[0], 1)
+        before = self.replid()
+        self.r("REPLICAOF", "127.0.0.1", str(free_port()))
+        self.r("REPLICAOF", "NO", "ONE")
+        self.assertNotEqual(self.replid(), before)
+        self.assertEqual(self.acquire("f2", "t", inc=inc, rid="run-a"),
+                         [-1, 0])
+        self.assertEqual(self.run_script("extend", "f", "t", 1000, 0, ME, CH,
+                                         "f", inc, "run-a"), -1)
+        self.assertEqual(self.run_script("check", "f", "t", g[1], 0, "", inc,
+                                         "run-a"), [-1, 0])
+        text = embed.expand(os.path.join(LUA, "markers.lua"))
+        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [2])
+        # A broker that may not read INFO does not look.
+        self.assertEqual(self.acquire("f3", "t", inc=inc, rid="")[0], 1)
+        again = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        self.assertEqual(again[2], 1)
+        self.assertNotEqual(again[0], inc)
+        self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
+        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [1])
+        # An older broker's marker: no replid, adopted as it is.
+        self.r("HDEL", MARK, "replid")
+        self.r("HSET", MARK, "grace", 0)
+        self.assertEqual(self.acquire("f4", "t", inc=again[0],
+                                      rid="run-a")[0], 1)
+        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [1])
+        kept = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        self.assertEqual((kept[0], kept[2]), (again[0], 0))
+        self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
 
     def test_check_puts_a_forgotten_hold_back_in_the_grace_period(self):
         entry = "t " + info()
