@@ -9,8 +9,8 @@
 -- is missing (a first start, FLUSHALL, a restart without persistence,
 -- eviction) or when another Redis process serves it than the one that
 -- last did (a failover, a restart, a former master made master again):
--- what that Redis has may be older than what was granted. A marker made
--- by an older broker, without replid, is given this Redis's. Then every grant waits grace ms (at least
+-- what that Redis has may be older than what was granted. Then every
+-- grant waits grace ms (at least
 -- the longest a broker trusts its holds without hearing this marker, and
 -- the time a master cut off from its replicas goes on taking writes), and
 -- brokers put their holds back meanwhile (check.lua). The first line
@@ -20,6 +20,10 @@
 -- writes nothing (a thousand idle brokers' beats cost no AOF). It is
 -- allow-oom: the beat must go on on a Redis above maxmemory, where every
 -- hold is trusted only while it does, and a marker is a few bytes.
+--
+-- A marker made by an older broker, without replid, is given this
+-- Redis's; one made or kept on a slot's importing master (ASK: the script
+-- runs on another Redis than the run_id it is given) gets none there.
 --
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker
@@ -80,7 +84,7 @@ local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
 local rep = runId ~= '' and replid_now() or nil
 if m[1] and same_process(m[2], m[6], runId, rep) and not evicted and
     not older then
-  if rep and not m[6] then
+  if rep and not m[6] and on_rid(runId) then
     redis.call('HSET', incarnationKey, 'replid', rep)
   end
   if need ~= tonumber(m[4] or '') then
@@ -98,7 +102,7 @@ redis.call('HSET', incarnationKey, 'id', id, 'runid', runId, 'grace',
 if ev >= 0 then
   redis.call('HSET', incarnationKey, 'evicted', ms(ev))
 end
-if rep then
+if rep and on_rid(runId) then -- not a slot's importing master's (ASK)
   redis.call('HSET', incarnationKey, 'replid', rep)
 end
 return {id, need, 1, need, now, ev}

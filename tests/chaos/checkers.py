@@ -30,7 +30,8 @@ SHOW = 20                 # violations listed per checker (all are counted)
 # broker's connection to that master, and its subscriber connection if it
 # was there, break or move).
 CLUSTER_FAULT_KINDS = ("shard_failover", "master_paused", "stale_promotion",
-                       "stale_takeover", "master_killed", "reshard_held")
+                       "stale_takeover", "stale_failback", "master_killed",
+                       "reshard_held")
 LINK_KINDS = ("proxy_cut", "proxy_delay", "proxy_lossy", "redis_slow",
               "redis_drop", "pause_redis", "kill_redis", "flushall",
               "wipe_redis", "lagging_failover",
@@ -767,14 +768,16 @@ def check_eviction(faults):
 def check_put_back(grants, ctx):
     """(12) On a cluster, a shard taken over by a replica that missed
     writes (stale_takeover: within redis.trust_ms, so the brokers still
-    vouch for the holds it lost) is a new incarnation of its slots, in
+    vouch for the holds it lost; stale_failback: the same by the former
+    master, after its successor granted) is a new incarnation of its slots, in
     whose grace period every exclusive hold its brokers held there is put
     back (docs/protocol.md §8): none of them may be told EVENT LOST stolen
     from the fault's start until the grace period after its heal is over,
     unless its token was acted on from another connection meanwhile."""
     viol, judged = [], 0
     for f in ctx.faults:
-        if f["kind"] != "stale_takeover" or "t_heal" not in f:
+        if f["kind"] not in ("stale_takeover", "stale_failback") or \
+                "t_heal" not in f:
             continue
         a, b = f["t_start"], f["t_heal"] + CLUSTER_GRACE_S + RESUBSCRIBE_S
         for g in grants:
@@ -790,9 +793,9 @@ def check_put_back(grants, ctx):
                    ctx.ops.get(g["token"], ())) or \
                     len(ctx.holds.get(g["token"], ())) > 1:
                 continue
-            viol.append("fault %d stale_takeover: %s told stolen %.0f ms "
+            viol.append("fault %d %s: %s told stolen %.0f ms "
                         "after the heal, not put back" % (
-                            f["n"], _brief(g),
+                            f["n"], f["kind"], _brief(g),
                             (g["t_lost"] - f["t_heal"]) * 1e3))
     return {"violations": viol, "judged": judged}
 

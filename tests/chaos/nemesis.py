@@ -28,12 +28,16 @@ SENTINEL_KINDS = KINDS + ("lagging_failover", "frozen_failover")
 # on. Each leaves every shard with a master and a replica again.
 CLUSTER_FAILOVER_KINDS = ("shard_failover", "master_paused",
                           "stale_promotion", "stale_takeover",
-                          "master_killed")
+                          "stale_failback", "master_killed")
 CLUSTER_KINDS = ("pause_broker", "pause_worker", "kill_broker",
                  "clock_jump") + CLUSTER_FAILOVER_KINDS + ("reshard_held",)
 FAILOVER_MODES = ("default", "FORCE", "TAKEOVER")
 # stale_takeover: how long the replica misses writes before it takes over.
 TAKEOVER_LAG_S = (1.0, 2.0)
+# stale_failback: how long the old master misses its successor's writes
+# before it takes over again: past the successor's grace period (4.5 s,
+# CLUSTER_LIVENESS_S), so that the successor has granted meanwhile.
+FAILBACK_LAG_S = (5.0, 7.0)
 # reshard_held: the pause after each key of the slot moved (the slot half
 # moved meanwhile, as an operator's resharding tool leaves it).
 MIGRATE_PAUSE_S = (0.2, 0.6)
@@ -643,6 +647,22 @@ class Nemesis(threading.Thread):
         holds whose grants the new master never got, and must put them
         back in its grace period (the put_back checker)."""
         self._stale(rec, TAKEOVER_LAG_S, self.topo.cluster.takeover_stale)
+        return lambda: None
+
+    def _stale_failback(self, rec):
+        """A master failed over (CLUSTER FAILOVER), cut off from its
+        successor for 5-7 s while the load runs (past the successor's
+        grace period: it grants meanwhile), then made master again by
+        CLUSTER FAILOVER TAKEOVER (lbcluster's takeover_stale on the
+        successor): its run_id is the one its markers name, its data
+        older than what was granted. The successor rejoins as its
+        replica."""
+        c = self.topo.cluster
+
+        def back(m, during):
+            rec["successor"] = c.failover(m, "default")
+            return c.takeover_stale(rec["successor"], during)
+        self._stale(rec, FAILBACK_LAG_S, back)
         return lambda: None
 
     def _stale(self, rec, lag, promote):

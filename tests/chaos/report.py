@@ -14,7 +14,7 @@ CHECKERS = ("fences", "stale_writes", "overlaps", "modes", "belief",
             "fairness", "cluster_logs", "put_back")
 # The cluster topology's faults that fail a shard over.
 FAILOVER_KINDS = ("shard_failover", "master_paused", "stale_promotion",
-                  "stale_takeover", "master_killed")
+                  "stale_takeover", "stale_failback", "master_killed")
 STAT_KEYS = ("grants_total", "late_grants_total", "timeouts_total",
              "releases_total", "notheld_total", "renewal_failures_total",
              "lost_expired_total", "lost_stolen_total",

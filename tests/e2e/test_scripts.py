@@ -866,9 +866,9 @@ class Scripts(BrokerTest):
         self.assertEqual((other[1], other[2], other[3]), (5000, 1, 5000))
         self.assertEqual(self.r("HGET", MARK, "runid"), "run-b")
 
-    def replid(self):
-        return re.search(r"master_replid:(\w+)",
-                         self.r("INFO", "replication")).group(1)
+    def replid(self, field="master_replid", section="replication"):
+        return re.search(field + r":(\w+)",
+                         self.r("INFO", section)).group(1)
 
     def test_another_replication_id(self):
         """A master made a replica and master again (a failback to a
@@ -878,40 +878,58 @@ class Scripts(BrokerTest):
         the gate, check, extend and markers.lua treat another as another
         Redis process, as incarnation.lua does (a new incarnation). A
         marker without one (made by an older broker) is not doubted for
-        it, and incarnation.lua adds it."""
+        it, and incarnation.lua adds it. A script run on another Redis
+        than the run_id it is given (a slot's importing master, reached
+        by ASK) judges the marker by its runid alone, and writes no
+        replid there."""
+        rid = self.replid("run_id", "server")
         self.r("DEL", MARK)
-        made = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        made = self.run_script("incarnation", "", rid, 300, 0, 0)
         self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
         self.r("HSET", MARK, "grace", 0)
         inc = made[0]
-        g = self.acquire("f", "t", inc=inc, rid="run-a")
+        g = self.acquire("f", "t", inc=inc, rid=rid)
         self.assertEqual(g[0], 1)
         before = self.replid()
         self.r("REPLICAOF", "127.0.0.1", str(free_port()))
         self.r("REPLICAOF", "NO", "ONE")
         self.assertNotEqual(self.replid(), before)
-        self.assertEqual(self.acquire("f2", "t", inc=inc, rid="run-a"),
-                         [-1, 0])
+        self.assertEqual(self.acquire("f2", "t", inc=inc, rid=rid), [-1, 0])
         self.assertEqual(self.run_script("extend", "f", "t", 1000, 0, ME, CH,
-                                         "f", inc, "run-a"), -1)
+                                         "f", inc, rid), -1)
         self.assertEqual(self.run_script("check", "f", "t", g[1], 0, "", inc,
-                                         "run-a"), [-1, 0])
+                                         rid), [-1, 0])
         text = embed.expand(os.path.join(LUA, "markers.lua"))
-        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [2])
+        self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [2])
         # A broker that may not read INFO does not look.
         self.assertEqual(self.acquire("f3", "t", inc=inc, rid="")[0], 1)
-        again = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        # Run elsewhere than rid's Redis: as if ASK sent it to the master
+        # importing the slot, whose marker came from rid's.
+        self.r("HSET", MARK, "runid", "run-src")
+        self.assertEqual(self.acquire("f4", "t", inc=inc,
+                                      rid="run-src")[0], 1)
+        kept = self.run_script("incarnation", "", "run-src", 300, 0, 0)
+        self.assertEqual((kept[0], kept[2]), (inc, 0))
+        self.assertEqual(self.r("HGET", MARK, "replid"), before)
+        self.r("HSET", MARK, "runid", rid)
+        again = self.run_script("incarnation", "", rid, 300, 0, 0)
         self.assertEqual(again[2], 1)
         self.assertNotEqual(again[0], inc)
         self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
-        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [1])
-        # An older broker's marker: no replid, adopted as it is.
+        self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [1])
+        # An older broker's marker: no replid, adopted as it is (not on
+        # another Redis than rid's).
         self.r("HDEL", MARK, "replid")
         self.r("HSET", MARK, "grace", 0)
-        self.assertEqual(self.acquire("f4", "t", inc=again[0],
-                                      rid="run-a")[0], 1)
-        self.assertEqual(self.r("EVAL", text, 0, "run-a", MARK), [1])
-        kept = self.run_script("incarnation", "", "run-a", 300, 0, 0)
+        self.assertEqual(self.acquire("f5", "t", inc=again[0],
+                                      rid=rid)[0], 1)
+        self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [1])
+        self.r("HSET", MARK, "runid", "run-src")
+        kept = self.run_script("incarnation", "", "run-src", 300, 0, 0)
+        self.assertEqual((kept[0], kept[2]), (again[0], 0))
+        self.assertIsNone(self.r("HGET", MARK, "replid"))
+        self.r("HSET", MARK, "runid", rid)
+        kept = self.run_script("incarnation", "", rid, 300, 0, 0)
         self.assertEqual((kept[0], kept[2]), (again[0], 0))
         self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
 

@@ -10,12 +10,25 @@
 -- INFO) vouches for any. A marker without replid (an older broker's)
 -- is judged by its runid alone; incarnation.lua adds the replid. rep:
 -- replid_now() as the script read it already (nil: it is read here).
+--
+-- A script can run on another Redis than rid's: a cluster's slot being
+-- migrated, where ASK sends it to the master importing the slot, which
+-- has the marker rid's Redis confirmed (MIGRATE moved it as it was).
+-- There the replid is not this Redis's, and the marker is judged by its
+-- runid alone, as before the slot began to move; on_rid() tells, at the
+-- cost of INFO server, read only when the replid differs.
+local function info_word(section, field)
+  local s = redis.pcall('INFO', section)
+  return type(s) == 'string' and string.match(s, field .. ':(%x+)') or nil
+end
 local function replid_now()
-  local s = redis.pcall('INFO', 'replication')
-  return type(s) == 'string' and string.match(s, 'master_replid:(%x+)') or
-    nil
+  return info_word('replication', 'master_replid')
+end
+local function on_rid(rid)
+  return info_word('server', 'run_id') == rid
 end
 local function same_process(m_run, m_rep, rid, rep)
-  return rid == '' or
-    (m_run == rid and (not m_rep or m_rep == (rep or replid_now())))
+  if rid == '' then return true end
+  if m_run ~= rid then return false end
+  return not m_rep or m_rep == (rep or replid_now()) or not on_rid(rid)
 end
