@@ -77,6 +77,14 @@ SELF_TEST_KINDS_OF = {"owed_blind": ("pause_redis",),
 # ... and that variant's tamper made the way that shows it: every key of
 # held names deleted.
 TAMPER_HOW_OF = {"no_confirm": ("wipe",)}
+# ... and wiping, in that variant, the keys of long leases (PTTL above
+# WIPE_LONG_MS), whose holders workers.py holds past the bound then.
+WIPE_LONG_OF = ("no_confirm",)
+WIPE_LONG_MS = 2500
+# The taker (Nemesis._after_tamper): its lease, how long it holds what it
+# gets, and the worker number its grants are journalled under (none of
+# the workers', so no worker's stop excuses it).
+TAKER_TTL_MS, TAKER_HOLD_S, TAKER_W = 3000, 2.0, 99
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
 # On a cluster the grace period also covers cluster-node-timeout + 1 s
@@ -115,11 +123,14 @@ class Nemesis(threading.Thread):
     of the run; self.faults is the log the checkers read."""
 
     def __init__(self, topo, worker_pids, held, rng, duration,
-                 self_test=None, weights=None):
+                 self_test=None, weights=None, journal=None):
         """self_test: None, or the variant the self-test runs (the
         nemesis then makes the faults that variant needs); weights: kind ->
-        how many of it each round holds (1 unless named)."""
+        how many of it each round holds (1 unless named); journal: where
+        the taker's grants go (workers.Journal), read with the workers'."""
         self.weights = weights or {}
+        self.journal = journal
+        self._takers = []
         super().__init__(name="nemesis", daemon=True)
         self.topo, self.worker_pids, self.held = topo, worker_pids, held
         self.rng, self.self_test = rng, self_test
@@ -134,6 +145,8 @@ class Nemesis(threading.Thread):
         """Heal the fault in progress now and end the schedule."""
         self._stop_ev.set()
         self.join(60)
+        for t in self._takers:
+            t.join(10)
 
     def run(self):
         """Space faults 10 +- 5 s apart, scaled down for runs under 120 s
@@ -550,7 +563,11 @@ class Nemesis(threading.Thread):
         # those someone waits for if any (another grant comes at once).
         keys = [k for k in r("KEYS", "lockbroker:{*}") or []
                 if isinstance(k, str) and k.endswith("}")]
-        if how == "wipe":
+        if how == "wipe" and self.self_test in WIPE_LONG_OF:
+            # Long leases (workers.py's, held long in this self-test):
+            # their holders go on past the bound if nobody tells them.
+            keys = [k for k in keys if r("PTTL", k) > WIPE_LONG_MS] or keys
+        elif how == "wipe":
             waited = [k for k in keys
                       if r("EXISTS", k + ":queue", k + ":waiting") > 0]
             keys = waited or keys
@@ -570,6 +587,64 @@ class Nemesis(threading.Thread):
                 if how == "rename":
                     r("DEL", "tampered:" + k)
         return heal
+
+    def _after_tamper(self, rec):
+        """After a wipe, a taker on another broker tries each wiped name
+        at once and holds what it gets for TAKER_HOLD_S: a grant the
+        holder's broker must tell its holder of within the bound
+        (LOSS_BOUND_S), or the overlap is a violation. Without it only a
+        worker that happened to try the name in that window showed an
+        untold holder (no_confirm, caught by chance)."""
+        if rec.get("how") != "wipe" or self.journal is None:
+            return
+        names = [k[len("lockbroker:{"):-1] for k in rec["keys"]]
+        for i, name in enumerate(names):
+            b = self.topo.brokers[(rec["n"] + i) % len(self.topo.brokers)]
+            t = threading.Thread(target=self._take, args=(
+                b, name, "taker%d.%d" % (rec["n"], i)), daemon=True)
+            t.start()
+            self._takers.append(t)
+
+    def _take(self, b, name, client):
+        """ACQUIRE name WAIT 0 through b; granted, hold it TAKER_HOLD_S
+        and release it, journalled as a worker's grant is."""
+        if not b.pid:
+            return
+        g = {"type": "grant", "client": client, "w": TAKER_W,
+             "broker": self.topo.brokers.index(b), "kind": "ttl",
+             "wait": 0, "name": name, "mode": "exclusive", "writes": [],
+             "taker": True}
+        try:
+            c = lbtest.Client(b.port, timeout=5)
+        except OSError:
+            return
+        try:
+            g["t_sent"] = time.monotonic()
+            ok = c.cmd("ACQUIRE %s TTL %d WAIT 0" % (name, TAKER_TTL_MS))
+            if not ok.startswith("OK "):
+                return
+            w = ok.split()
+            g.update(t_granted=time.monotonic(), fence=int(w[1]),
+                     ttl=int(w[2]), token=w[3])
+            self._stop_ev.wait(TAKER_HOLD_S)
+            g["t_release_sent"] = time.monotonic()
+            c.send("RELEASE %s" % name)
+            while True:     # an EVENT LOST first, if it lost the name
+                line = c.line()
+                if not line.startswith("EVENT "):
+                    break
+                if line.startswith("EVENT LOST %s " % name):
+                    # Read after the hold: it held no longer than that.
+                    g.update(t_lost=g["t_release_sent"],
+                             lost_reason=line.split()[-1])
+            g["release_reply"] = line
+            g["t_release_reply"] = time.monotonic()
+        except (OSError, ConnectionError):
+            g["t_disconnect"] = time.monotonic()
+        finally:
+            c.close()
+            if "t_granted" in g:
+                self.journal.put(g)
 
     # The cluster topology's kinds.
 

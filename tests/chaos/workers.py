@@ -179,6 +179,7 @@ class Session:
         self.aux = {"same": None, "other": None}
         self.reuse = None       # a grant whose RELEASE Redis did not answer
         self.long_share = cfg.get("long_share", LONG_SHARE)
+        self.long_hold_s = tuple(cfg.get("long_hold_s", LONG_HOLD_S))
 
     def run(self):
         """Loop until told to stop; a broken connection is made again."""
@@ -342,7 +343,7 @@ class Session:
             if g.get("reused_token"):
                 g["hold_s"] = self.rng.uniform(*REUSE_HOLD_S)
             elif g.get("long"):
-                g["hold_s"] = self.rng.uniform(*LONG_HOLD_S)
+                g["hold_s"] = self.rng.uniform(*self.long_hold_s)
             else:
                 g["hold_s"] = self.rng.uniform(0, 1.5) * g["ttl"] / 1000.0
             plan = self._plan(g)
