@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "config_int.h"
+#include "lb_build.h"
 #include "xmalloc.h"
 
 /* A config file is a few kilobytes; anything this big is a mistake. */
@@ -193,6 +194,48 @@ config_check_tls(struct config_load *ld)
 	return config_error(ld, ld->where[k - config_keys], name, "%s", why);
 }
 
+/* The first redis.tls_* key the file set, or NULL. */
+static const char *
+config_redis_tls_set(const struct config_redis *r)
+{
+	if (r->tls_ca[0] != '\0')
+		return "redis.tls_ca";
+	if (r->tls_certificate[0] != '\0')
+		return "redis.tls_certificate";
+	if (r->tls_key[0] != '\0')
+		return "redis.tls_key";
+	if (r->tls_server_name[0] != '\0')
+		return "redis.tls_server_name";
+	return NULL;
+}
+
+/* A build without TLS to Redis refuses redis.tls, so -t says so before a
+ * start would; its other keys without it would be a plain-text link the
+ * file seems to encrypt; a client certificate needs its key. */
+static int
+config_check_redis_tls(struct config_load *ld)
+{
+	const struct config_redis *r = &ld->cf->redis;
+	const char *name = "redis.tls", *why = NULL;
+	const struct config_key *k;
+
+	if (r->tls && !LB_REDIS_TLS)
+		why = "this lockbrokerd was built without TLS to Redis "
+		      "(meson setup -Dredis_tls=enabled; see the README)";
+	else if (r->tls && r->unix_path[0] != '\0' && r->nsentinels == 0)
+		why = "not with redis.unix: a Unix socket is not encrypted";
+	else if (!r->tls && (name = config_redis_tls_set(r)) != NULL)
+		why = "needs redis.tls = true";
+	else if (r->tls_certificate[0] != '\0' && r->tls_key[0] == '\0')
+		name = "redis.tls_certificate", why = "needs redis.tls_key";
+	else if (r->tls_key[0] != '\0' && r->tls_certificate[0] == '\0')
+		name = "redis.tls_key", why = "needs redis.tls_certificate";
+	if (why == NULL)
+		return 0;
+	k = config_key_find(name);
+	return config_error(ld, ld->where[k - config_keys], name, "%s", why);
+}
+
 /* libconfig's tree lives only this long: parse, check, copy out, wipe. */
 static int
 config_load_text(struct config_load *ld, const char *text)
@@ -216,6 +259,8 @@ config_load_text(struct config_load *ld, const char *text)
 		rv = config_check_exposure(ld);
 	if (rv == 0)
 		rv = config_check_tls(ld);
+	if (rv == 0)
+		rv = config_check_redis_tls(ld);
 	config_wipe_tree(&lc);
 	config_ident_wipe_tree(&lc);
 	config_destroy(&lc);

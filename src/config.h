@@ -44,6 +44,12 @@ struct config_redis {
 	bool allow_eviction; /* grant from a Redis that may evict keys */
 	int trust_ms;	     /* 5000, 100..600000 */
 	int clock_step_ms;   /* 1000, 0..60000 */
+	/* TLS to Redis and the Sentinels (a build with redis_tls only). */
+	bool tls;	       /* false */
+	char *tls_ca;	       /* PEM: Redis's signers; "" the system's */
+	char *tls_certificate; /* PEM: the broker's, for tls-auth-clients */
+	char *tls_key;	       /* PEM; an absolute path or a credential name */
+	char *tls_server_name; /* the name verified (and SNI); "" the host */
 };
 
 struct config_locks {

@@ -51,7 +51,7 @@ extern const struct config_key config_keys[];
 extern const size_t config_nkeys;
 
 /* Room for every row of config_keys[] (config_keys.c asserts it fits). */
-#define CONFIG_MAX_KEYS 64
+#define CONFIG_MAX_KEYS 96
 
 /* One load in progress: where errors go and which setting set each key. */
 struct config_load {

@@ -218,6 +218,11 @@ const struct config_key config_keys[] = {
 	K_BOOL("redis.allow_eviction", redis.allow_eviction, false, 0),
 	K_INT("redis.trust_ms", redis.trust_ms, 5000, 100, 600000, 0),
 	K_INT("redis.clock_step_ms", redis.clock_step_ms, 1000, 0, 60000, 0),
+	K_BOOL("redis.tls", redis.tls, false, 0),
+	K_STR("redis.tls_ca", redis.tls_ca, "", NULL, R),
+	K_STR("redis.tls_certificate", redis.tls_certificate, "", NULL, R),
+	K_STR("redis.tls_key", redis.tls_key, "", NULL, R | C),
+	K_STR("redis.tls_server_name", redis.tls_server_name, "", NULL, R),
 
 	K_I64("locks.lease_ms", locks.lease_ms, 10000, 30, 86400000, R),
 	K_I64("locks.min_ttl_ms", locks.min_ttl_ms, 10, 1, 86400000, R),

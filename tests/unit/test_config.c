@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "identity.h"
+#include "lb_build.h"
 
 #define nitems(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -135,6 +136,11 @@ assert_defaults(const struct config *cf)
 	ck_assert_int_eq(cf->redis.nsentinels, 0);
 	ck_assert_str_eq(cf->redis.master_name, "");
 	ck_assert_int_eq(cf->redis.wait_replicas, 0);
+	ck_assert(!cf->redis.tls);
+	ck_assert_str_eq(cf->redis.tls_ca, "");
+	ck_assert_str_eq(cf->redis.tls_certificate, "");
+	ck_assert_str_eq(cf->redis.tls_key, "");
+	ck_assert_str_eq(cf->redis.tls_server_name, "");
 	ck_assert_int_eq(cf->locks.lease_ms, 10000);
 	ck_assert_int_eq(cf->locks.min_ttl_ms, 10);
 	ck_assert_int_eq(cf->locks.max_ttl_ms, 86400000);
@@ -373,6 +379,8 @@ START_TEST(test_diff_some_keys)
 		{ "listen.port", false },
 		{ "redis.password", true },
 		{ "redis.sentinels", false },
+		{ "redis.tls", false },
+		{ "redis.tls_ca", true },
 		{ "locks.lease_ms", true },
 		{ "locks.clock_drift", true },
 		{ "auth.admin_secret", true },
@@ -394,6 +402,9 @@ START_TEST(test_diff_some_keys)
 	free(b.redis.password);
 	b.redis.password = strdup("changed");
 	b.redis.sentinels[b.redis.nsentinels++] = strdup("h:1");
+	b.redis.tls = true;
+	free(b.redis.tls_ca);
+	b.redis.tls_ca = strdup("/etc/lockbroker/redis-ca.pem");
 	b.locks.lease_ms++;
 	b.locks.clock_drift = 0.2;
 	free(b.auth.admin_secret);
@@ -650,6 +661,24 @@ static const struct bad {
 	{ "tls = { port = 7879; certificate = \"/c\"; key = \"/k\"; "
 	  "client_certificates = \"require\"; };\n",
 	    1, "tls.ca", "needed with tls.client_certificates" },
+	/* redis.tls: its keys need it, and a build with it (-Dredis_tls). */
+	{ "redis = {\n  tls_ca = \"/ca.pem\";\n};\n", 2, "redis.tls_ca",
+	    "needs redis.tls = true" },
+	{ "redis = { tls = false; tls_server_name = \"r.example\"; };\n", 1,
+	    "redis.tls_server_name", "needs redis.tls = true" },
+#if LB_REDIS_TLS
+	{ "redis = { tls = true;\n  tls_certificate = \"/c.pem\"; };\n", 2,
+	    "redis.tls_certificate", "needs redis.tls_key" },
+	{ "redis = { tls = true;\n  tls_key = \"/k.pem\"; };\n", 2,
+	    "redis.tls_key", "needs redis.tls_certificate" },
+	{ "redis = {\n  tls = true;\n  unix = \"/run/r.sock\";\n};\n", 2,
+	    "redis.tls",
+	    "not with redis.unix: a Unix socket is not encrypted" },
+#else
+	{ "redis = {\n  tls = true;\n};\n", 2, "redis.tls",
+	    "this lockbrokerd was built without TLS to Redis (meson setup "
+	    "-Dredis_tls=enabled; see the README)" },
+#endif
 	{ "tls = { client_certificates = \"maybe\"; };\n", 1,
 	    "tls.client_certificates", "must be \"none\", \"optional\"" },
 	{ "tls = { min_version = \"TLSv1.1\"; };\n", 1, "tls.min_version",
