@@ -92,10 +92,6 @@ redisc_script_loaded_cb(redisAsyncContext *ac, void *r, void *privdata)
 	log_debug("redis: script %s loaded as %s", script->name, script->sha);
 }
 
-static void redisc_conn_ready(struct redisc_conn *conn);
-static void redisc_conn_failed(struct redisc_conn *conn, const char *fmt, ...)
-    LB_PRINTF(2, 3);
-
 /*
  * AUTH and SELECT answers. The connection is used only once all of them
  * said OK: until then a request would reach Redis unauthenticated (and a
@@ -224,7 +220,7 @@ redisc_where(struct redisc_conn *conn, char *buf, size_t len)
  * REDISC_STILL_MS, with how many came since. The connect that ends it
  * says how long it took (redisc_conn_ready).
  */
-static void
+void
 redisc_conn_failed(struct redisc_conn *conn, const char *fmt, ...)
 {
 	char why[sizeof conn->said];
@@ -267,7 +263,8 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 		evtimer_del(conn->connect_timeout_ev);
 		/* hiredis frees the context itself after this returns. */
 		redisc_conn_failed(conn, "cannot connect to %s: %s",
-		    redisc_where(conn, where, sizeof where), ac->errstr);
+		    redisc_where(conn, where, sizeof where),
+		    redisc_tls_errstr(conn, ac));
 		conn->ac = NULL;
 		redisc_schedule_reconnect(conn);
 		return;
@@ -283,7 +280,7 @@ redisc_connect_cb(const redisAsyncContext *ac, int status)
 }
 
 /* Connected, authenticated and on its database: in use from now on. */
-static void
+void
 redisc_conn_ready(struct redisc_conn *conn)
 {
 	char where[300];
@@ -343,8 +340,9 @@ redisc_connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	if (ac == NULL || conn->up)
 		return;
 	if (conn->connected) {
-		redisc_conn_failed(conn,
-		    "AUTH or SELECT not answered within %d ms",
+		/* A TLS connection's first reply is its PING's. */
+		redisc_conn_failed(conn, "%s not answered within %d ms",
+		    conn->tls != NULL ? "TLS handshake" : "AUTH or SELECT",
 		    rc.cf->connect_timeout_ms);
 		conn->ac = NULL;
 		redisAsyncFree(ac); /* its disconnect callback reconnects */
@@ -376,6 +374,9 @@ redisc_conn_open(struct redisc_conn *conn)
 		return; /* the Sentinel will tell, then redisc_moved opens it */
 	if (conn->ac == NULL)
 		fatalx("redis: out of memory");
+	conn->setup_left = 0;
+	if (!redisc_on_unix(conn))
+		redisc_tls_start(conn, host, port); /* with redis.tls */
 	if (conn->ac->err) {
 		redisc_conn_failed(conn, "cannot connect to %s: %s",
 		    redisc_where(conn, where, sizeof where), conn->ac->errstr);
@@ -386,7 +387,6 @@ redisc_conn_open(struct redisc_conn *conn)
 	}
 	conn->ac->data = conn;
 	conn->connected = false;
-	conn->setup_left = 0;
 	redisc_ev_attach(conn->ac, rc.base);
 	redisAsyncSetConnectCallback(conn->ac, redisc_connect_cb);
 	redisAsyncSetDisconnectCallback(conn->ac, redisc_disconnect_cb);

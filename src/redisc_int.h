@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <hiredis/async.h>
 
+#include "log.h"
 #include "redisc.h"
 
 #define REDISC_MAX_SCRIPTS 16
@@ -56,14 +57,17 @@ struct redisc_req {
 	struct redisc_req *fail_next; /* in rc.failed */
 };
 
+struct redisc_tls_hello;
+
 /* One hiredis connection with its own reconnect and connect timers. */
 struct redisc_conn {
 	const char *what; /* "command", "subscriber" */
 	int node;	  /* a command connection's node in rc.node, else -1 */
 	uint64_t last_reply_ms; /* a command connection's, or its connect */
 	redisAsyncContext *ac;
-	bool connected;	   /* connect callback said OK */
-	int setup_left;	   /* AUTH and SELECT answers still to come */
+	bool connected; /* connect callback said OK */
+	int setup_left; /* AUTH and SELECT answers still to come */
+	struct redisc_tls_hello *tls; /* redisc_tls.c's: its first reply */
 	bool up;	   /* connected, and AUTH and SELECT said OK */
 	bool parked;	   /* closed on purpose: not reconnected */
 	unsigned attempts; /* failed connects in a row */
@@ -187,6 +191,20 @@ void redisc_drop(struct redisc_conn *conn);
 /* redisc_conn.c: close now and do not reconnect (a cluster node that
  * serves no slots); redisc_conn_open undoes it. */
 void redisc_park(struct redisc_conn *conn);
+/* redisc_conn.c: a connect that failed, logged once per outage (and
+ * when the reason changes). */
+void redisc_conn_failed(struct redisc_conn *conn, const char *fmt, ...)
+    LB_PRINTF(2, 3);
+/* redisc_conn.c: every setup answer came: in use from now on. */
+void redisc_conn_ready(struct redisc_conn *conn);
+/* redisc_tls.c: with redis.tls, TLS on a TCP connection just opened (a
+ * failure to start it is the context's error) and a PING queued whose
+ * answer says the handshake is over (conn->setup_left counts it). */
+void redisc_tls_start(struct redisc_conn *conn, const char *host, int port);
+/* redisc_tls.c: why a connect failed: ac->errstr, or what TLS knows
+ * better (a connect found reset after Redis refused our certificate). */
+const char *redisc_tls_errstr(
+    struct redisc_conn *conn, const redisAsyncContext *ac);
 /* redisc_conn.c: AUTH and SELECT, queued at each connect. */
 void redisc_cmd_setup(redisAsyncContext *ac);
 /* redisc_conn.c: AUTH and SUBSCRIBE, queued at each connect. */
