@@ -12,6 +12,7 @@ connection, docs/protocol.md §4, Same token again): no checker pairs them.
 
 import bisect
 import collections
+import math
 
 CLOCK_DRIFT = 0.01        # locks.clock_drift, the brokers' default
 STEP_S = 1.0              # redis.clock_step_ms, the brokers' default: every
@@ -56,10 +57,14 @@ _MAY_HAVE_RUN = ("OK", "ERR UNAVAILABLE", "disconnect", "unknown")
 
 
 def validity_end(g):
-    """The earliest moment g's lease can have ended: the broker counts its
-    validity from before it sent the try, which is after t_sent. For a
-    session lock (renewed, unseen) this is a lower bound too."""
-    return g["t_sent"] + (g["ttl"] * (1 - CLOCK_DRIFT) - 2) / 1000.0
+    """The earliest moment g's lease can have ended, as the broker counts
+    it (util_validity_end): from its start, in whole ms of the monotonic
+    clock (the ms of the moment it sent the try, after t_sent: so no
+    earlier than t_sent less 1 ms), the ttl less the drift in whole ms,
+    less 2 ms. For a session lock (renewed, unseen) this is a lower bound
+    too."""
+    return g["t_sent"] - 0.001 + \
+        (math.floor(g["ttl"] * (1 - CLOCK_DRIFT)) - 2) / 1000.0
 
 
 def hold_end(g, t_end):

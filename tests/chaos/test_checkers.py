@@ -7,7 +7,9 @@ that leaves out a hold its client was never told of is a violation; one
 after an ERR NOTHELD to the holder's own EXTEND is not. Put back
 (check_put_back): a hold told stolen after its shard's stale takeover is
 a violation; one released, told expired, of another shard, or whose token
-was released elsewhere is not. Python 3 stdlib:
+was released elsewhere is not. Overlaps (check_overlaps): a hold given up
+at its validity's end, counted as the broker counts it, while its worker
+was stopped, is explained. Python 3 stdlib:
 python3 tests/chaos/test_checkers.py"""
 
 import os
@@ -229,6 +231,43 @@ class PutBack(unittest.TestCase):
         op = {"type": "op", "op": "release", "via": "other", "broker": 1,
               "token": g3["token"], "t_sent": 20.5, "reply": "OK"}
         self.assertEqual(self.judge([g1, g2, g3], [op])["violations"], [])
+
+
+class Overlaps(unittest.TestCase):
+    """check_overlaps: the lease bound is the broker's own, whole
+    milliseconds and all."""
+
+    def test_given_up_at_its_validity_while_its_worker_was_stopped(self):
+        # From a 30-minute cluster run: w1c7's broker gave up its hold at
+        # the end of its validity (counted from its start in whole ms,
+        # up to 1 ms before t_sent: util_validity_end) and handed the name
+        # to w4c7 on the same broker, 0.03 ms before the bound the checker
+        # had (which took the start as t_sent); w1c7's worker was stopped
+        # and read its EVENT LOST expired 4 s later.
+        old = {"type": "grant", "client": "w1c7", "w": 1, "broker": 1,
+               "kind": "ttl", "name": "cold4", "mode": "exclusive",
+               "wait": 0, "t_sent": 77592.669676091,
+               "t_granted": 77592.670161295, "fence": 1795881038976161,
+               "ttl": 2000, "token": "a", "t_release_sent": 77598.806890164,
+               "release_reply": "ERR NOTHELD",
+               "t_release_reply": 77598.80713104, "t_lost": 77598.807121166,
+               "lost_reason": "expired"}
+        new = {"type": "grant", "client": "w4c7", "w": 4, "broker": 1,
+               "kind": "ttl", "name": "cold4", "mode": "exclusive",
+               "wait": 300, "t_sent": 77594.64047916,
+               "t_granted": 77594.647664204, "fence": 1795881040953518,
+               "ttl": 500, "token": "b", "t_release_sent": 77594.781614927,
+               "release_reply": "OK", "t_release_reply": 77594.781876134}
+        stop = {"n": 14, "kind": "pause_worker", "target": "w1",
+                "t_start": 77594.472269145, "t_heal": 77598.785430836}
+        ctx = checkers.Context([old, new], [], [stop], 77700.0)
+        r = checkers.check_overlaps([old, new], ctx)
+        self.assertEqual(r["violations"], [])
+        self.assertIn("its broker or worker was stopped", r["explained"][0])
+        # Without the stop it is one: told 4 s late.
+        ctx = checkers.Context([old, new], [], [], 77700.0)
+        self.assertEqual(len(checkers.check_overlaps(
+            [old, new], ctx)["violations"]), 1)
 
 
 class ClusterLogs(unittest.TestCase):
