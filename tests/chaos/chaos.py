@@ -71,14 +71,12 @@ SELF_TEST_LOAD = {"owed_blind": {"long_share": 0.5},
                   # one_scope: holds a shard's failover lost outlive its
                   # grace period only if long.
                   "one_scope": {"long_share": 0.5}}
-# Variants a run catches only if another client happens to take a name in
-# the window the broken build leaves (an owed release that deleted a
-# regrant): with the cold names seldom contended, a 60-second run missed
-# one in about one CI run in three on this 2-core machine. Such a variant
-# not caught gets a second run with another seed (a miss is then the
-# square of one). A probe that takes the names in that window itself would
-# make it certain, as the nemesis's taker does for no_confirm (a hold
-# whose keys were wiped, untold).
+# Variants whose window a run may not open: owed_blind's needs a RELEASE
+# of a long lease sent during a Redis stall, then the same token acquired
+# again (workers.py's reuse). Once it opens, the nemesis's sweeper takes
+# the name (Nemesis._after_pause_redis), as its taker does a wiped name
+# for no_confirm; a run in which it never opened gets a second run with
+# another seed.
 BY_CHANCE = ("owed_blind",)
 N_WORKERS, N_CONNS = 8, 8
 COMMAND_TIMEOUT_S = BROKER_CONF["redis"]["command_timeout_ms"] / 1000.0

@@ -1131,7 +1131,8 @@ def check_fairness(grants, acqs, faults, t_end, name=FAIR_NAME):
     per_client = collections.Counter(
         g["client"] for g in fs if not g["rec"].get("regrant_of"))
     clients = sorted({r["client"] for r in grants + acqs
-                      if r.get("client") and not r.get("regrant_of")})
+                      if r.get("client") and not r.get("regrant_of") and
+                      not r.get("taker")})    # the nemesis's: no worker
     counts = [per_client.get(c, 0) for c in clients] or [0]
     return {"violations": viol,
             "grants_by_broker": {"b%d" % b: n for b, n in sorted(

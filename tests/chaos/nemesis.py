@@ -11,7 +11,7 @@ import time
 
 from topology import lbtest  # the e2e harness, on the path topology set
 from lbcluster import Cluster, slot_of_name, lock_key  # noqa: E402
-from workers import NAMES  # noqa: E402
+from workers import COLD, NAMES  # noqa: E402
 
 KINDS = ("pause_broker", "pause_redis", "pause_worker", "kill_broker",
          "kill_redis", "proxy_cut", "proxy_delay", "proxy_lossy",
@@ -85,6 +85,10 @@ WIPE_LONG_MS = 2500
 # gets, and the worker number its grants are journalled under (none of
 # the workers', so no worker's stop excuses it).
 TAKER_TTL_MS, TAKER_HOLD_S, TAKER_W = 3000, 2.0, 99
+# owed_blind's sweeper (Nemesis._after_pause_redis): how long after each
+# stall it tries the cold names, and how often.
+SWEEP_OF = ("owed_blind",)
+SWEEP_S, SWEEP_EVERY_S = 8.0, 0.02
 PAUSE_REDIS_S_OF = {"owed_blind": (2.7, 4.0)}
 LIVENESS_S = 4.0        # grants again within the grace period (2 s) + 2 s
 # On a cluster the grace period also covers cluster-node-timeout + 1 s
@@ -605,11 +609,12 @@ class Nemesis(threading.Thread):
             t.start()
             self._takers.append(t)
 
-    def _take(self, b, name, client):
+    def _take(self, b, name, client, hold_apart=False):
         """ACQUIRE name WAIT 0 through b; granted, hold it TAKER_HOLD_S
-        and release it, journalled as a worker's grant is."""
+        (in a thread of its own if hold_apart) and release it, journalled
+        as a worker's grant is. Whether it was granted."""
         if not b.pid:
-            return
+            return False
         g = {"type": "grant", "client": client, "w": TAKER_W,
              "broker": self.topo.brokers.index(b), "kind": "ttl",
              "wait": 0, "name": name, "mode": "exclusive", "writes": [],
@@ -617,23 +622,39 @@ class Nemesis(threading.Thread):
         try:
             c = lbtest.Client(b.port, timeout=5)
         except OSError:
-            return
+            return False
         try:
             g["t_sent"] = time.monotonic()
             ok = c.cmd("ACQUIRE %s TTL %d WAIT 0" % (name, TAKER_TTL_MS))
-            if not ok.startswith("OK "):
-                return
-            w = ok.split()
-            g.update(t_granted=time.monotonic(), fence=int(w[1]),
-                     ttl=int(w[2]), token=w[3])
+        except (OSError, ConnectionError):
+            c.close()
+            return False
+        if not ok.startswith("OK "):
+            c.close()
+            return False
+        w = ok.split()
+        g.update(t_granted=time.monotonic(), fence=int(w[1]), ttl=int(w[2]),
+                 token=w[3])
+        if not hold_apart:
+            self._hold_taken(c, g)
+            return True
+        t = threading.Thread(target=self._hold_taken, args=(c, g),
+                             daemon=True)
+        t.start()
+        self._takers.append(t)
+        return True
+
+    def _hold_taken(self, c, g):
+        """The taker's hold of g on c: TAKER_HOLD_S, then RELEASE."""
+        try:
             self._stop_ev.wait(TAKER_HOLD_S)
             g["t_release_sent"] = time.monotonic()
-            c.send("RELEASE %s" % name)
+            c.send("RELEASE %s" % g["name"])
             while True:     # an EVENT LOST first, if it lost the name
                 line = c.line()
                 if not line.startswith("EVENT "):
                     break
-                if line.startswith("EVENT LOST %s " % name):
+                if line.startswith("EVENT LOST %s " % g["name"]):
                     # Read after the hold: it held no longer than that.
                     g.update(t_lost=g["t_release_sent"],
                              lost_reason=line.split()[-1])
@@ -643,8 +664,32 @@ class Nemesis(threading.Thread):
             g["t_disconnect"] = time.monotonic()
         finally:
             c.close()
-            if "t_granted" in g:
-                self.journal.put(g)
+            self.journal.put(g)
+
+    def _after_pause_redis(self, rec):
+        """In owed_blind's self-test, the sweeper after each stall: for
+        SWEEP_S it tries every cold name in turn (through each broker in
+        turn) and holds what it gets. An owed release sent again that
+        deleted its holder's newer grant of the same token (workers.py's
+        reuse, held 2.5-4.5 s) leaves the name free in Redis while its
+        holder holds it: the sweeper takes it, and belief sees both.
+        Before, only a worker that happened to try the name did."""
+        if self.self_test not in SWEEP_OF or self.journal is None:
+            return
+        t = threading.Thread(target=self._sweep, args=(rec["n"],),
+                             daemon=True)
+        t.start()
+        self._takers.append(t)
+
+    def _sweep(self, n):
+        """_after_pause_redis's sweeper."""
+        end, i = time.monotonic() + SWEEP_S, 0
+        while time.monotonic() < end and not self._stop_ev.is_set():
+            b = self.topo.brokers[i % len(self.topo.brokers)]
+            self._take(b, COLD[i % len(COLD)], "sweep%d.%d" % (n, i),
+                       hold_apart=True)
+            i += 1
+            self._stop_ev.wait(SWEEP_EVERY_S)
 
     # The cluster topology's kinds.
 
