@@ -234,6 +234,31 @@ lockdb_connected(int node, void *arg)
 		lockdb.up_fn(lockdb.up_arg);
 }
 
+/*
+ * A request that MOVED sends to another master: its script's run_id
+ * argument (the gate's, lib/process.lua) named the master it was first
+ * sent to. It names the master it goes to now ("?" while that one is not
+ * known), so that a marker there that still names the first master (the
+ * slot moved with its keys, and no broker has made its new incarnation
+ * yet) is not taken as confirmed on it: that master may even have been
+ * failed over and back since, its data older. (ASK keeps it: there the
+ * importing master has the slot's keys as the first one confirmed them.)
+ */
+static void
+lockdb_moved(char **argv, size_t *lens, int argc, int from, int to)
+{
+	const char *was = lockdb.node[from].runid, *now = lockdb.node[to].runid;
+	size_t wlen = strlen(was), nlen = strlen(now);
+
+	if (wlen < 2 || nlen > wlen) /* "" or "?": no run_id was passed */
+		return;
+	for (int i = 2; i < argc; i++)
+		if (lens[i] == wlen && memcmp(argv[i], was, wlen) == 0) {
+			memcpy(argv[i], now, nlen);
+			lens[i] = nlen;
+		}
+}
+
 void
 lockdb_on_connect(void (*fn)(void *), void *arg)
 {
@@ -325,5 +350,6 @@ lockdb_init(const char *prefix, const char *broker, uint64_t handoff_ms,
 	    live_ms > 0 ? live_ms : 1);
 	lockdb_scopes_reset();
 	redisc_on_connect(lockdb_connected, NULL);
+	redisc_on_moved(lockdb_moved);
 	lockdb_scripts_init();
 }

@@ -51,6 +51,12 @@ void redisc_init(struct event_base *base, const struct config_redis *cf);
 /* Called each time a node's command connection is (re)established: the
  * one Redis is node 0, a cluster has one node per master. */
 void redisc_on_connect(void (*fn)(int node, void *), void *arg);
+/* Called before a request that MOVED redirects is sent again, to the
+ * node to: its arguments (argv[2..argc), not the verb nor the script)
+ * may be changed in place, none made longer. */
+typedef void redisc_moved_fn(
+    char **argv, size_t *lens, int argc, int from, int to);
+void redisc_on_moved(redisc_moved_fn *fn);
 /* One or two channels (channel2 may be NULL) on a second connection; set
  * before redisc_connect. */
 void redisc_subscribe(

@@ -612,13 +612,22 @@ redisc_cluster_redirect(struct redisc_req *req, const redisReply *r)
 		return false;
 	req->redirects++;
 	req->asking = kind == REDISC_ASK;
-	req->node = node;
 	if (kind == REDISC_MOVED) {
 		rc.slot[slot] = (int16_t)node;
 		redisc_map_ask(node);
+		if (rc.moved_fn != NULL)
+			rc.moved_fn(
+			    req->argv, req->lens, req->argc, req->node, node);
 	}
+	req->node = node;
 	redisc_resend(req);
 	return true;
+}
+
+void
+redisc_on_moved(redisc_moved_fn *fn)
+{
+	rc.moved_fn = fn;
 }
 
 int

@@ -139,6 +139,7 @@ struct redisc_state {
 	void *msg_arg;
 	void (*up_cb)(int, void *);
 	void *up_arg;
+	redisc_moved_fn *moved_fn;
 	struct event *timeout_ev;
 	/* Requests that could not be sent, answered on the next turn; unsent
 	 * while one is answered (redisc_unsent). */

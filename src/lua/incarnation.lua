@@ -21,9 +21,10 @@
 -- allow-oom: the beat must go on on a Redis above maxmemory, where every
 -- hold is trusted only while it does, and a marker is a few bytes.
 --
--- A marker made by an older broker, without replid, is given this
--- Redis's; one made or kept on a slot's importing master (ASK: the script
--- runs on another Redis than the run_id it is given) gets none there.
+-- A marker without replid (made by an older broker) is another
+-- process's, once (lib/process.lua); one made on a slot's importing
+-- master (ASK: the script runs on another Redis than the run_id it is
+-- given) gets none there.
 --
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker
@@ -84,9 +85,6 @@ local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
 local rep = runId ~= '' and replid_now() or nil
 if m[1] and same_process(m[2], m[6], runId, rep) and not evicted and
     not older then
-  if rep and not m[6] and on_rid(runId) then
-    redis.call('HSET', incarnationKey, 'replid', rep)
-  end
   if need ~= tonumber(m[4] or '') then
     redis.call('HSET', incarnationKey, 'need', ms(need))
   end

@@ -289,14 +289,17 @@ class Cluster:
     def seed_incarnation(self, prefix="lockbroker:"):
         """Each slot's marker (<prefix>{<tag>}incarnation, as
         lockdb_script.c names it) on its master, naming that master's
-        run_id, its grace period over; replicated before it returns."""
+        run_id and replication id, its grace period over; replicated
+        before it returns."""
         for m in self.masters():
             info = self.node(m)("INFO", "server")
             runid = info.split("run_id:")[1].split("\r")[0]
+            info = self.node(m)("INFO", "replication")
+            replid = info.split("master_replid:")[1].split("\r")[0]
             pid = self.nodes[m].proc.pid
             cmds = [("HSET", "%s{%s}incarnation" % (prefix, slot_tag(s)),
-                     "id", "seed%d" % pid, "runid", runid, "grace", "0")
-                    for s in self.slots_of(m)]
+                     "id", "seed%d" % pid, "runid", runid, "replid", replid,
+                     "grace", "0") for s in self.slots_of(m)]
             r = self.nodes[m].connect()
             try:
                 for reply in pipeline(r, cmds):

@@ -306,10 +306,12 @@ class Redis:
         try:
             info = r("INFO", "server")
             runid = info.split("run_id:")[1].split("\r")[0]
+            info = r("INFO", "replication")
+            replid = info.split("master_replid:")[1].split("\r")[0]
             if db:
                 assert r("SELECT", db) == "OK"
             r("HSET", prefix + "incarnation", "id", "seed%d" % self.proc.pid,
-              "runid", runid, "grace", "0")
+              "runid", runid, "replid", replid, "grace", "0")
         finally:
             r.close()
 

@@ -876,9 +876,8 @@ class Scripts(BrokerTest):
         its run_id but not its replication id (INFO's master_replid):
         the marker remembers the one it was made or confirmed on, and
         the gate, check, extend and markers.lua treat another as another
-        Redis process, as incarnation.lua does (a new incarnation). A
-        marker without one (made by an older broker) is not doubted for
-        it, and incarnation.lua adds it. A script run on another Redis
+        Redis process, as incarnation.lua does (a new incarnation), and
+        so a marker without one (made by an older broker). A script run on another Redis
         than the run_id it is given (a slot's importing master, reached
         by ASK) judges the marker by its runid alone, and writes no
         replid there."""
@@ -917,20 +916,23 @@ class Scripts(BrokerTest):
         self.assertNotEqual(again[0], inc)
         self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
         self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [1])
-        # An older broker's marker: no replid, adopted as it is (not on
-        # another Redis than rid's).
+        # An older broker's marker, without replid, cannot tell a
+        # failback: another process's, once (on rid's Redis; elsewhere,
+        # as under ASK, its runid is what counts).
         self.r("HDEL", MARK, "replid")
         self.r("HSET", MARK, "grace", 0)
-        self.assertEqual(self.acquire("f5", "t", inc=again[0],
-                                      rid=rid)[0], 1)
-        self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [1])
+        self.assertEqual(self.acquire("f5", "t", inc=again[0], rid=rid),
+                         [-1, 0])
+        self.assertEqual(self.r("EVAL", text, 0, rid, MARK), [2])
         self.r("HSET", MARK, "runid", "run-src")
+        self.assertEqual(self.acquire("f5", "t", inc=again[0],
+                                      rid="run-src")[0], 1)
         kept = self.run_script("incarnation", "", "run-src", 300, 0, 0)
         self.assertEqual((kept[0], kept[2]), (again[0], 0))
         self.assertIsNone(self.r("HGET", MARK, "replid"))
         self.r("HSET", MARK, "runid", rid)
-        kept = self.run_script("incarnation", "", rid, 300, 0, 0)
-        self.assertEqual((kept[0], kept[2]), (again[0], 0))
+        made = self.run_script("incarnation", "", rid, 300, 0, 0)
+        self.assertEqual(made[2], 1)
         self.assertEqual(self.r("HGET", MARK, "replid"), self.replid())
 
     def test_check_puts_a_forgotten_hold_back_in_the_grace_period(self):

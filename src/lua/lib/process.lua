@@ -7,16 +7,20 @@
 -- failback: it may have missed what its successor granted) keeps its
 -- run_id, but Redis gives a master a new replication id each time it is
 -- made one, so its replid is another. rid "" (the broker may not read
--- INFO) vouches for any. A marker without replid (an older broker's)
--- is judged by its runid alone; incarnation.lua adds the replid. rep:
--- replid_now() as the script read it already (nil: it is read here).
+-- INFO) vouches for any. A marker without replid (an older broker's, or
+-- one made where INFO may not be run) cannot tell a failback either: it
+-- is another process's, once, and incarnation.lua makes a new one with
+-- this Redis's replid. rep: replid_now() as the script read it already
+-- (nil: it is read here).
 --
 -- A script can run on another Redis than rid's: a cluster's slot being
 -- migrated, where ASK sends it to the master importing the slot, which
 -- has the marker rid's Redis confirmed (MIGRATE moved it as it was).
 -- There the replid is not this Redis's, and the marker is judged by its
 -- runid alone, as before the slot began to move; on_rid() tells, at the
--- cost of INFO server, read only when the replid differs.
+-- cost of INFO server, read only when the replid differs. (A request
+-- that MOVED sends elsewhere carries that Redis's run_id: redisc's
+-- resend hook, lockdb_moved.)
 local function info_word(section, field)
   local s = redis.pcall('INFO', section)
   return type(s) == 'string' and string.match(s, field .. ':(%x+)') or nil
@@ -30,5 +34,6 @@ end
 local function same_process(m_run, m_rep, rid, rep)
   if rid == '' then return true end
   if m_run ~= rid then return false end
-  return not m_rep or m_rep == (rep or replid_now()) or not on_rid(rid)
+  rep = rep or replid_now()
+  return m_rep == rep or not rep or not on_rid(rid)
 end
