@@ -36,6 +36,10 @@ def master_and_replica(test, prefix, link=False):
     test.addCleanup(test.replica.kill)
     wait_for(lambda: "master_link_status:up" in
              test.replica("INFO", "replication"), 10)
+    # A master's first replica gives it a new replication id: its seeded
+    # marker is made again with it (a broker would make a new
+    # incarnation otherwise, and wait its grace period).
+    test.master.seed_incarnation()
 
 
 def start_sentinel(test):

@@ -113,6 +113,8 @@ class Replicated(TruthBase):
             self.addCleanup(self.replica.proc.send_signal, signal.SIGCONT)
             wait_for(lambda: "master_link_status:up" in
                      self.replica("INFO", "replication"))
+            # Its first replica gave the master a new replication id.
+            self.redis.seed_incarnation()
         return super().start_broker(conf, name)
 
     def test_unreplicated_regrant_spares_the_hold(self):
