@@ -248,8 +248,11 @@ static void
 redisc_set_up(struct redisc_conn *conn, bool up)
 {
 	conn->up = up;
-	/* Up is lockdb's to say (once it knows the incarnation). */
-	if (conn->node >= 0 && !up)
+	/* Up is lockdb's to say (once it knows the incarnation); down, any
+	 * node in use. Not a cluster's node that the map no longer names
+	 * (a seed that is a replica, a master turned replica), closed on
+	 * purpose: nothing would say up again. */
+	if (conn->node >= 0 && !up && redisc_node_used(conn->node))
 		STAT_SET(redis_up, 0);
 }
 

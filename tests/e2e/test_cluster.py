@@ -195,6 +195,29 @@ class Shards(ClusterTest):
             self.assertEqual(a.cmd("RELEASE %s" % ns[0]), "OK")
 
 
+    def test_a_replica_among_the_seeds_leaves_the_broker_up(self):
+        """A seed that is a replica is closed once the map shows it serves
+        no slots. Closing it said the broker was down (redis_up 0) when
+        its INFO answered (or timed out) after every master's, and nothing
+        said up again (a restarted broker in the chaos suite stayed
+        "down" for good, and /healthz with it). Here the replica answers
+        last for sure: it is stopped until the broker is up."""
+        m = self.cluster.masters()[0]
+        rep = self.cluster.replica_of(m)
+        self.cluster.pause(rep)
+        self.addCleanup(lambda: rep in self.cluster.paused and
+                        self.cluster.resume(rep))
+        conf = {g: dict(k) for g, k in CONF.items()}
+        conf["redis"]["cluster"] = ["127.0.0.1:%d" % p for p in (rep, m)]
+        b = Broker(self.tmpdir, m, conf, name="seeds")
+        self.brokers.append(b)
+        wait_until(lambda: b.info().get("redis_up") == "1",
+                   what="up on the cluster")
+        self.cluster.resume(rep, settle=False)
+        b.wait_log("127.0.0.1:%d serves no slots" % rep)
+        self.assertEqual(b.info().get("redis_up"), "1")
+
+
 class OneNode(unittest.TestCase):
     def one_node(self):
         """A cluster of one unseeded node serving every slot, and a broker
@@ -431,6 +454,9 @@ class Failover(ClusterTest):
         # close their command connections to it.
         wait_until(lambda: self.command_clients(failed) == [], 10,
                    "the brokers' connections to %d closed" % failed)
+        # Closed on purpose: the brokers are still up.
+        for b in (a, z):
+            self.assertEqual(b.info().get("redis_up"), "1")
         for n in held:
             self.assertIn(str(fences[n]), z.cmd("STATUS %s" % n))
             self.assertEqual(a.cmd("RELEASE %s" % n), "OK")
