@@ -82,8 +82,9 @@ end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
 local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
-local rep = runId ~= '' and replid_now() or nil
-if m[1] and same_process(m[2], m[6], runId, rep) and not evicted and
+local rep, any = nil, false
+if runId ~= '' then rep, any = replid_now() end
+if m[1] and same_process(m[2], m[6], runId, rep, any) and not evicted and
     not older then
   if need ~= tonumber(m[4] or '') then
     redis.call('HSET', incarnationKey, 'need', ms(need))

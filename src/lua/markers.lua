@@ -31,7 +31,8 @@
 local runId = ARGV[1]
 
 -- include process.lua
-local rep = runId ~= '' and replid_now() or nil
+local rep, any = nil, false
+if runId ~= '' then rep, any = replid_now() end
 local out = {}
 for i, key in ipairs(ARGV) do
   if i > 1 then
@@ -40,7 +41,7 @@ for i, key in ipairs(ARGV) do
       out[i - 1] = -1
     elseif not r[1] then
       out[i - 1] = 0
-    elseif same_process(r[2], r[3], runId, rep) then
+    elseif same_process(r[2], r[3], runId, rep, any) then
       out[i - 1] = 1
     else
       out[i - 1] = 2

@@ -198,7 +198,7 @@ class Scripts(BrokerTest):
         self.assertEqual(embed.keys(path), [])
         text = embed.expand(path)
         self.assertEqual(re.findall(r"redis\.p?call\('(\w+)'", text),
-                         ["INFO", "HMGET"])
+                         ["INFO", "INFO", "HMGET"])
         self.r("HSET", MARK, "runid", "r1")
         before = self.r("HGETALL", MARK)
         missing = "lockbroker:{x}incarnation"

@@ -10,8 +10,8 @@
 -- INFO) vouches for any. A marker without replid (an older broker's, or
 -- one made where INFO may not be run) cannot tell a failback either: it
 -- is another process's, once, and incarnation.lua makes a new one with
--- this Redis's replid. rep: replid_now() as the script read it already
--- (nil: it is read here).
+-- this Redis's replid. rep, any: replid_now() as the script read it
+-- already (nil: it is read here).
 --
 -- A script can run on another Redis than rid's: a cluster's slot being
 -- migrated, where ASK sends it to the master importing the slot, which
@@ -25,15 +25,24 @@ local function info_word(section, field)
   local s = redis.pcall('INFO', section)
   return type(s) == 'string' and string.match(s, field .. ':(%x+)') or nil
 end
+-- This Redis's replication id, and whether no promotion made it: Redis
+-- makes a new one when a master first gets a replica, or frees its
+-- backlog after repl-backlog-ttl, and clears its second id
+-- (master_replid2) then, where a promotion keeps the old id as the
+-- second. Such an id leaves any marker's replid as good as it was.
 local function replid_now()
-  return info_word('replication', 'master_replid')
+  local s = redis.pcall('INFO', 'replication')
+  if type(s) ~= 'string' then return nil, false end
+  return string.match(s, 'master_replid:(%x+)'),
+    string.match(s, 'master_replid2:0+\r') ~= nil
 end
 local function on_rid(rid)
   return info_word('server', 'run_id') == rid
 end
-local function same_process(m_run, m_rep, rid, rep)
+local function same_process(m_run, m_rep, rid, rep, any)
   if rid == '' then return true end
   if m_run ~= rid then return false end
-  rep = rep or replid_now()
-  return m_rep == rep or not rep or not on_rid(rid)
+  if rep == nil then rep, any = replid_now() end
+  if not rep or (m_rep and (m_rep == rep or any)) then return true end
+  return not on_rid(rid)
 end
