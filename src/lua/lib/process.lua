@@ -1,8 +1,8 @@
 -- Whether the incarnation marker was last confirmed on the Redis process
 -- running this script (docs/protocol.md §8, "When Redis forgets"): its
 -- runid (INFO's run_id, m_run) is rid, the run_id its broker's
--- connection found, and its replid (INFO's master_replid, m_rep), if it
--- has one, is this Redis's now. A promoted replica has its master's
+-- connection found, and its replid (INFO's master_replid, m_rep) is
+-- this Redis's now. A promoted replica has its master's
 -- marker but not its run_id; a former master made master again (a
 -- failback: it may have missed what its successor granted) keeps its
 -- run_id, but Redis gives a master a new replication id each time it is
@@ -21,10 +21,6 @@
 -- cost of INFO server, read only when the replid differs. (A request
 -- that MOVED sends elsewhere carries that Redis's run_id: redisc's
 -- resend hook, lockdb_moved.)
-local function info_word(section, field)
-  local s = redis.pcall('INFO', section)
-  return type(s) == 'string' and string.match(s, field .. ':(%x+)') or nil
-end
 -- This Redis's replication id, and whether no promotion made it: Redis
 -- makes a new one when a master first gets a replica, or frees its
 -- backlog after repl-backlog-ttl, and clears its second id
@@ -37,7 +33,8 @@ local function replid_now()
     string.match(s, 'master_replid2:0+\r') ~= nil
 end
 local function on_rid(rid)
-  return info_word('server', 'run_id') == rid
+  local s = redis.pcall('INFO', 'server')
+  return type(s) == 'string' and string.match(s, 'run_id:(%x+)') == rid
 end
 local function same_process(m_run, m_rep, rid, rep, any)
   if rid == '' then return true end
