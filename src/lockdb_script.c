@@ -408,6 +408,7 @@ lockdb_script_incarnation(int scope, redisc_cb *cb, void *arg)
 	    : "1";
 	args[LUA_INCARNATION_ARG_SKEW_MS] = lockdb.skew;
 	args[LUA_INCARNATION_ARG_KNOWN_ID] = lockdb_inc_of(scope);
+	args[LUA_INCARNATION_ARG_EPOCH] = redisc_master_epoch();
 	for (int i = 0; i < 1 + LUA_INCARNATION_NARGS; i++)
 		lens[i] = strlen(argv[i]);
 	redisc_eval(&lockdb_lua_incarnation.rs, 1, 1 + LUA_INCARNATION_NARGS,

@@ -95,6 +95,9 @@ struct redisc_node_stats {
 bool redisc_node_stats(int node, struct redisc_node_stats *st);
 void redisc_stop(void);
 bool redisc_up(void);
+/* With redis.sentinels, the config-epoch of the master's address, as the
+ * Sentinel that gave it said (every failover raises it); "" without. */
+const char *redisc_master_epoch(void);
 /* Whether the subscriber connection is up (or not used). */
 bool redisc_sub_up(void);
 /* No request is waiting for an answer. */

@@ -133,6 +133,8 @@ struct redisc_state {
 	int sentinel;		 /* which of cf->sentinels is asked */
 	char master_host[256];	 /* from Sentinel; "" until known */
 	int master_port;
+	char master_epoch[24]; /* its config-epoch; "" until known */
+	bool switched;	       /* +switch-master: asking again */
 	bool stopping;
 	char channel[2][256]; /* subscribed; the second may be "" */
 	redisc_msg_cb *msg_cb;

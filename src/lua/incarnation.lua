@@ -26,6 +26,13 @@
 -- master (ASK: the script runs on another Redis than the run_id it is
 -- given) gets none there.
 --
+-- A broker that finds its master through Sentinel passes the master's
+-- config-epoch, which every failover raises, and the marker keeps it
+-- (epoch): a master stopped past a failover and made master again before
+-- it was ever a replica keeps its run_id and replid, and only a marker
+-- epoch below the broker's says that another master served meanwhile.
+-- A marker without epoch is behind such a broker's, once.
+--
 -- Every broker's grace (its trust) must be the same; the marker keeps the
 -- longest one any broker asked with (need), a new incarnation of a marker
 -- that is still there waits at least that long, and each answer says it:
@@ -64,13 +71,14 @@ local graceMs = ARGV[2]
 local readEvictions = ARGV[3] -- 1: look at evicted_keys, 0: not
 local skewMs = ARGV[4]
 local knownId = ARGV[5] -- the incarnation the broker knows, "" for none
+local epoch = ARGV[6] -- Sentinel's config-epoch of this master, "" for none
 
 -- include now.lua
 local t = redis.call('TIME')
 local now = now_ms(t)
 -- include process.lua
 local m = redis.call('HMGET', incarnationKey, 'id', 'runid', 'grace', 'need',
-  'evicted', 'replid')
+  'evicted', 'replid', 'epoch')
 local need = math.max(tonumber(m[4] or '0') or 0, tonumber(graceMs))
 local ev = -1
 if readEvictions == '1' then
@@ -82,10 +90,12 @@ end
 local was = tonumber(m[5] or '')
 local evicted = ev >= 0 and was and ev ~= was and (ev > was or ev > 0)
 local older = (tonumber(m[1] or '') or 0) < (tonumber(knownId or '') or 0)
+local epochNow = tonumber(epoch or '')
+local behind = epochNow and (tonumber(m[7] or '') or -1) < epochNow
 local rep, any = nil, false
 if runId ~= '' then rep, any = replid_now() end
 if m[1] and same_process(m[2], m[6], runId, rep, any) and not evicted and
-    not older then
+    not older and not behind then
   if need ~= tonumber(m[4] or '') then
     redis.call('HSET', incarnationKey, 'need', ms(need))
   end
@@ -100,6 +110,9 @@ redis.call('HSET', incarnationKey, 'id', id, 'runid', runId, 'grace',
   ms(now + need), 'need', ms(need))
 if ev >= 0 then
   redis.call('HSET', incarnationKey, 'evicted', ms(ev))
+end
+if epochNow then
+  redis.call('HSET', incarnationKey, 'epoch', ms(epochNow))
 end
 if rep and on_rid(runId) then -- not a slot's importing master's (ASK)
   redis.call('HSET', incarnationKey, 'replid', rep)

@@ -300,8 +300,9 @@ class Redis:
 
     def seed_incarnation(self, db=0, prefix="lockbroker:"):
         """The marker incarnation.lua makes, for this Redis process (in
-        database db), with its grace period over. Tests that restart Redis
-        to set it up differently (not to test a restart) seed it again."""
+        database db), with its grace period over, and a Sentinel's first
+        config-epoch (0). Tests that restart Redis to set it up
+        differently (not to test a restart) seed it again."""
         r = self.connect()
         try:
             info = r("INFO", "server")
@@ -311,7 +312,7 @@ class Redis:
             if db:
                 assert r("SELECT", db) == "OK"
             r("HSET", prefix + "incarnation", "id", "seed%d" % self.proc.pid,
-              "runid", runid, "replid", replid, "grace", "0")
+              "runid", runid, "replid", replid, "epoch", "0", "grace", "0")
         finally:
             r.close()
 

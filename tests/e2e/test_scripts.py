@@ -845,6 +845,34 @@ class Scripts(BrokerTest):
         self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 0,
                                          0, later)[:3:2], [again[0], 0])
 
+    def test_incarnation_behind_sentinels_epoch(self):
+        """A broker that finds its master through Sentinel passes the
+        master's config-epoch: a marker whose epoch is below it (a master
+        stopped past a failover and made master again before it was a
+        replica: its run_id and replid unchanged) is a new incarnation,
+        stamped with the epoch; one at or above it is kept; a marker
+        without epoch is behind once. A broker without Sentinel passes ""
+        and does not look."""
+        self.r("DEL", MARK)
+        made = self.run_script("incarnation", "", "run-a", 300, 0, 0, "", "")
+        self.assertIsNone(self.r("HGET", MARK, "epoch"))
+        first = self.run_script("incarnation", "", "run-a", 300, 0, 0, "",
+                                "3")
+        self.assertNotEqual(first[0], made[0])
+        self.assertEqual(first[2], 1)
+        self.assertEqual(self.r("HGET", MARK, "epoch"), "3")
+        for epoch in ("3", "2", "0", ""):
+            self.assertEqual(self.run_script("incarnation", "", "run-a", 300,
+                                             0, 0, "", epoch)[:3:2],
+                             [first[0], 0], epoch)
+        later = self.run_script("incarnation", "", "run-a", 300, 0, 0, "",
+                                "5")
+        self.assertEqual(later[2], 1)
+        self.assertGreater(int(later[0]), int(first[0]))
+        self.assertEqual(self.r("HGET", MARK, "epoch"), "5")
+        self.assertEqual(self.run_script("incarnation", "", "run-a", 300, 0,
+                                         0, "", "5")[:3:2], [later[0], 0])
+
     def test_incarnation(self):
         """Made when missing or confirmed on another Redis process; kept
         (with what is left of its grace period) otherwise."""
