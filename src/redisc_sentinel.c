@@ -134,7 +134,7 @@ static void
 redisc_master_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	redisReply *reply = r;
-	const redisReply *ip = NULL, *port = NULL, *epoch = NULL;
+	const redisReply *ip = NULL, *port = NULL, *epoch = NULL, *flags = NULL;
 
 	if (reply == NULL)
 		return;
@@ -142,6 +142,17 @@ redisc_master_cb(redisAsyncContext *ac, void *r, void *privdata)
 		ip = redisc_field(reply, "ip");
 		port = redisc_field(reply, "port");
 		epoch = redisc_field(reply, "config-epoch");
+		flags = redisc_field(reply, "flags");
+	}
+	/* Mid-failover the epoch is the new master's, the address still the
+	 * old one's, until +switch-master: ask again. */
+	if (flags != NULL &&
+	    strstr(flags->str, "failover_in_progress") != NULL) {
+		log_info(
+		    "redis sentinel: master %s is being failed over; asking again",
+		    rc.cf->master_name);
+		redisAsyncDisconnect(ac);
+		return;
 	}
 	if (ip == NULL || port == NULL || epoch == NULL) {
 		log_warnx("redis sentinel: does not know master %s%s%s",

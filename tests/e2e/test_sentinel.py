@@ -13,6 +13,8 @@ import unittest
 
 from lbtest import (REDIS_SERVER, Broker, Redis, Resp, free_port, main,
                     holds_for, wait_for, wait_until)
+from test_told import drain
+from test_truth import locks_of
 
 
 def master_and_replica(test, prefix, link=False):
@@ -351,6 +353,114 @@ class FrozenMaster(unittest.TestCase):
         # request waits for its answer.
         self.assertLess(time.monotonic() - switched, 4)
         self.assertGreater(int(reply.split()[1]), 0)
+
+
+def replid_of(redis):
+    """Its master_replid (INFO replication)."""
+    return redis("INFO", "replication").split(
+        "master_replid:")[1].split("\r")[0]
+
+
+class FailBackNeverReplica(unittest.TestCase):
+    """A master m frozen (SIGSTOP) past a failover to its replica r, then
+    resumed and promoted back (SENTINEL FAILOVER) before Sentinel made it
+    r's replica (Sentinel waits 8 s for that): it keeps its run_id and,
+    never a replica, its replication id, so its incarnation marker still
+    names it; only Sentinel's config-epoch, raised by each failover, says
+    that r granted in between. z holds x on r; its broker is cut off from
+    the Sentinel (following it back, it would find m's marker older than
+    r's and make a new incarnation itself) and then loses r. A broker
+    that never knew r's incarnation must not grant x on m before z is
+    told EVENT LOST x: it used to grant it at once."""
+
+    # z trusts x for trust_ms less a beat (a quarter) after r is gone:
+    # 1.5 s, far more than the new broker takes to start and ask.
+    TRUST_MS = 2000
+
+    def setUp(self):
+        master_and_replica(self, "lbfailback-")
+        start_sentinel(self)
+        self.addCleanup(self.master.proc.send_signal, signal.SIGCONT)
+        # z's broker asks the Sentinel through a Link, frozen to cut it
+        # off: it then hears of no switch.
+        self.slink = Link(self.sport)
+        self.addCleanup(self.slink.close)
+        self.b1 = self.start_broker("b1", self.slink.port)
+
+    def start_broker(self, name, sport):
+        b = Broker(self.tmpdir, self.master.port, {"redis": {
+            "sentinels": ["127.0.0.1:%d" % sport],
+            "master_name": "mymaster", "reconnect_min_ms": 50,
+            "reconnect_max_ms": 500, "trust_ms": self.TRUST_MS}},
+            name=name)
+        self.addCleanup(lambda: self.assertEqual(b.stop(), 0))
+        return b
+
+    def ask_sentinel(self, *args):
+        r = Resp(self.sport)
+        try:
+            return r(*args)
+        finally:
+            r.close()
+
+    def master_fields(self):
+        """SENTINEL MASTER mymaster, as a dict."""
+        f = self.ask_sentinel("SENTINEL", "MASTER", "mymaster")
+        return dict(zip(f[::2], f[1::2]))
+
+    def test_promoted_back_without_being_a_replica(self):
+        m, r = self.master, self.replica
+        m_replid = replid_of(m)
+        z = self.b1.client()
+        self.addCleanup(z.close)
+        m.proc.send_signal(signal.SIGSTOP)
+        self.b1.wait_log("master mymaster is at 127.0.0.1:%d (switched)"
+                         % r.port, timeout=20)
+        # r is a new incarnation to b1: x is granted past its grace period.
+        got = wait_until(
+            lambda: (lambda a: a if a.startswith("OK ") else None)(
+                z.cmd("ACQUIRE x WAIT 0")), 20, "x granted to z on r")
+        fence = got.split()[1]
+        self.slink.frozen = True
+        m.proc.send_signal(signal.SIGCONT)
+        # NOGOODSLAVE until the Sentinel has heard m again (its INFO);
+        # then m, which Sentinel counts r's replica though it says it is a
+        # master, is promoted: REPLICAOF NO ONE to a master changes
+        # nothing in it.
+        wait_until(lambda: self.ask_sentinel(
+            "SENTINEL", "FAILOVER", "mymaster") == "OK", 6,
+            "SENTINEL FAILOVER taken")
+        # SENTINEL MASTER names m once the switch is made (+switch-master).
+        master = wait_until(lambda: (lambda f: f if f["port"] == str(m.port)
+                                     else None)(self.master_fields()),
+                            10, "m master again")
+        self.assertEqual(master["config-epoch"], "2")
+        self.assertEqual(replid_of(m), m_replid)
+        with open(os.path.join(self.tmpdir, "sentinel.log")) as f:
+            self.assertNotIn("+convert-to-slave", f.read())
+        # r goes before the new broker starts: z is told within trust_ms
+        # of this, and a grace period begun after it is longer.
+        r.kill()
+        b2 = self.start_broker("b2", self.sport)
+        c = b2.client()
+        self.addCleanup(c.close)
+        ra = c.cmd("ACQUIRE x WAIT 0")
+        told = drain(z, 0.001)
+        self.assertFalse(ra.startswith("OK ") and not any(
+            e.startswith("EVENT LOST x ") for e in told),
+            "x granted on m while z holds it, untold: %r" % ra)
+        self.assertRegex(b2.logtext(), r"(first|new) lock data "
+                         r"\(incarnation \d+\): no grant for")
+
+        def answered():
+            a = c.cmd("ACQUIRE x WAIT 0")
+            return None if a.startswith("ERR UNAVAILABLE") else a
+        self.assertRegex(wait_until(
+            answered, self.TRUST_MS * 1.02 / 1000 + 1 + 10,
+            "x granted past the grace period"), r"^OK ")
+        told += drain(z, 0.001)
+        self.assertIn("EVENT LOST x %s unavailable" % fence, told)
+        self.assertEqual(locks_of(z), [])
 
 
 if __name__ == "__main__":
