@@ -2,12 +2,15 @@
 """The broker on a real Redis Cluster (three masters, a replica each, on
 loopback): names on every shard; a slot moved under a held name (MOVED),
 and half moved (ASK, TRYAGAIN); a shard failed over (CLUSTER FAILOVER,
-FORCE and TAKEOVER) or its master killed. What must hold: a holder in
-LOCKS not told EVENT LOST is the only holder of its name, holders in the
-other shards are not touched (no check, no new incarnation of their
-slots), and a failed shard's holders are put back or told."""
+FORCE and TAKEOVER) or its master killed; a moved slot's new master
+failed over and back before an idle broker's request reaches it through
+MOVED. What must hold: a holder in LOCKS not told EVENT LOST is the only
+holder of its name, holders in the other shards are not touched (no
+check, no new incarnation of their slots), and a failed shard's holders
+are put back or told."""
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -633,6 +636,131 @@ class FailBack(ClusterTest):
         self.assertNotEqual(node("HGET", marker, "id"), stale)
         self.assertIn("master_replid:%s\r" % node("HGET", marker, "replid"),
                       node("INFO", "replication"))
+
+
+class MovedFailBack(ClusterTest):
+    # A longer trust than the other tests': z's broker, cut off from the
+    # master that serves n at the end, goes on trusting its hold (untold)
+    # for this long after its last answer, and the takeover before b1's
+    # request takes well under it, so what the old code did there is a
+    # grant beside an untold holder, not just one in a grace period.
+    trust_ms = max(TRUST_MS, 4000)
+    grace_s = (trust_ms * 1.02 + 100 + NODE_TIMEOUT_MS + 1000) / 1000
+
+    def idle_broker(self, name, seed):
+        """A broker whose start is over: its last map asked and every
+        master's slots read (lockdb_seed) before it returns, so that from
+        here on it asks Redis nothing until a client asks it something,
+        and keeps the slot map it has. Each master's connect asks for the
+        map, later ones held back for a moment on a timer, and each pass
+        over a master's slots reads them a few at a time: neither says
+        when it is done. So one slot is served by nobody while it starts
+        (a map with a slot nobody serves is asked for again until every
+        slot is served, which is said once), and one marker is missing on
+        each master (its pass ends saying it made one: slots nothing here
+        uses)."""
+        c = self.cluster
+        masters = c.masters()
+        unserved = c.slots_of(seed)[-1]
+        for m in masters:
+            marker = "lockbroker:{%s}incarnation" % slot_tag(
+                c.slots_of(m)[-2])
+            self.assertEqual(c.node(m)("DEL", marker), 1)
+        # The seed first: a master's pings claim its slots, which a node
+        # that dropped the slot before would take back.
+        for p in [seed] + [p for p in c.live_ports() if p != seed]:
+            self.assertEqual(c.node(p)("CLUSTER", "DELSLOTS", unserved), "OK")
+        wait_until(lambda: all(c.view(p).owner(unserved) is None
+                               for p in c.live_ports()), 10,
+                   "slot %d served by nobody" % unserved)
+        b = self.broker(name, seed=seed, redis={"trust_ms": self.trust_ms})
+        for m in masters:
+            said = re.compile(r"1 of the \d+ slots of 127\.0\.0\.1:%d have "
+                              "no lock data" % m)
+            wait_until(lambda: said.search(b.logtext()), 10,
+                       "%s's pass over %d's slots" % (name, m))
+        for m in masters:
+            self.assertEqual(c.node(m)("CLUSTER", "SETSLOT", unserved,
+                                       "NODE", c.ids[seed]), "OK")
+        c.wait_settled(what="slot %d served again" % unserved)
+        b.wait_log("16384 slots of 16384 served")
+        return b
+
+    def test_a_moved_request_is_judged_on_the_master_it_reaches(self):
+        """A request that MOVED sends to another master carries that
+        master's run_id to the gate (lib/process.lua), not the first
+        one's. Here n's slot is moved from src to dst with its keys (its
+        marker names src's run_id, as src confirmed it), then dst fails
+        over to its replica new, dst is cut off (stopped, its link
+        dropped), and b2's client z takes n on new (a new incarnation of
+        the slot there, its grace period waited). Then new stops and dst
+        takes over with what it had: n's slot without z's grant, and the
+        marker naming src. b2 cannot reach dst (its Redis user does not
+        exist there: a partition between that broker and that master), so
+        z holds n, untold, until b2's trust runs out. b1 was idle all
+        along and still sends n to src, which answers MOVED. It was sent
+        again to dst with src's run_id, and there a marker naming that
+        run_id on another Redis passes as one a slot's migration brought
+        (the ASK rule): b1 granted n at once while z held it untold. Now
+        it goes with dst's run_id: no marker confirmed there, so b1 makes
+        the slot's new incarnation and refuses n in its grace period, in
+        which z is told it lost n; only then is n granted to b1."""
+        c = self.cluster
+        shards = c.names_in_each_shard(1, base="mb")
+        src, dst, other = sorted(shards)
+        n, = shards[src]
+        slot = slot_of_name(n)
+        marker = "lockbroker:{%s}incarnation" % slot_tag(slot)
+        src_runid = c.node(src)("INFO", "server").split(
+            "run_id:")[1].split("\r")[0]
+        # b1 knows the map before the move, and n's incarnation on src.
+        # Its seed (and subscriber) is a master nothing here stops.
+        b1 = self.idle_broker("b1", other)
+        a = self.client(b1)
+        self.assertTrue(a.cmd("ACQUIRE %s WAIT 0" % n).startswith("OK "))
+        self.assertEqual(a.cmd("RELEASE %s" % n), "OK")
+        c.move_slot(slot, dst)
+        c.wait_replicated(dst)
+        new = c.failover(dst)
+        user = ("lbcut", "cutpw")
+        for p in c.live_ports():
+            if p != dst:
+                self.assertEqual(c.node(p)(
+                    "ACL", "SETUSER", user[0], "on", ">" + user[1], "~*",
+                    "&*", "+@all"), "OK")
+        held = []
+
+        def grant_on_new():
+            b2 = self.broker("b2", seed=other,
+                             redis={"trust_ms": self.trust_ms,
+                                    "username": user[0],
+                                    "password": user[1]})
+            z = self.client(b2)
+            wait_until(lambda: z.cmd("ACQUIRE %s WAIT 0" % n).startswith(
+                "OK "), 3 * self.grace_s + 10, "n granted to z on %d" % new)
+            held.append(z)
+        c.takeover_stale(new, during=grant_on_new)
+        z, = held
+        self.assertEqual(c.master_of(slot), dst)
+        # Nobody has made n's slot a new incarnation on dst yet.
+        self.assertEqual(c.node(dst)("HGET", marker, "runid"), src_runid)
+        redirects = self.nodes_info(a)["127.0.0.1:%d" % src]["redirects"]
+        r = a.cmd("ACQUIRE %s WAIT 0" % n)
+        told = drain(z, 0.001)
+        self.assertGreater(self.nodes_info(a)["127.0.0.1:%d" % src][
+            "redirects"], redirects, "b1's ACQUIRE did not meet MOVED")
+        self.assertFalse(r.startswith("OK "),
+                         "%s granted to b1 after MOVED while z holds it "
+                         "(z told %r): %r" % (n, told, r))
+        self.assertNotEqual(c.node(dst)("HGET", marker, "runid"), src_runid)
+
+        def granted():
+            r = a.cmd("ACQUIRE %s WAIT 0" % n)
+            told.extend(drain(z, 0.001))
+            return r.startswith("OK ")
+        wait_until(granted, 3 * self.grace_s, "n granted to b1 at last")
+        self.assertTrue(any(e.startswith("EVENT LOST %s " % n)
+                            for e in told), told)
 
 
 class TwoFrozen(ClusterTest):
