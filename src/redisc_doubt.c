@@ -207,6 +207,9 @@ redisc_doubt_end(struct redisc_node *n)
 		log_warnx(
 		    "redis cluster: %s answered after a silence but the map no longer names it for their slots (replaced, failing or moved): %u of its replies given up as unknown",
 		    redisc_node_name(n->conn.node, name, sizeof name), deposed);
+	/* A map that no longer names it came while it was in doubt, which
+	 * kept its connection (redisc_node_park): closed now. */
+	redisc_node_park(n->conn.node);
 }
 
 void

@@ -455,8 +455,12 @@ class Failover(ClusterTest):
         self.assertGreater(self.incarnations(a, new), 0)
         # The old master, a replica now, serves no slots: the brokers
         # close their command connections to it.
-        wait_until(lambda: self.command_clients(failed) == [], 10,
-                   "the brokers' connections to %d closed" % failed)
+        try:
+            wait_until(lambda: self.command_clients(failed) == [], 10,
+                       "the brokers' connections to %d closed" % failed)
+        except AssertionError as e:
+            raise AssertionError("%s: %r" % (
+                e, self.command_clients(failed))) from None
         # Closed on purpose: the brokers are still up.
         for b in (a, z):
             self.assertEqual(b.info().get("redis_up"), "1")
