@@ -164,7 +164,7 @@ def figures(res, setup, before, after, broker_us, redirects):
     ops = max(res["ops"], 1)
     cpu = [a["cpu_us"] - o["cpu_us"] for o, a in zip(before, after)]
     scripts = [a["scripts"] - o["scripts"] for o, a in zip(before, after)]
-    beats = sum(a["info"] - o["info"] - 3 for o, a in zip(before, after))
+    infos = sum(a["info"] - o["info"] - 3 for o, a in zip(before, after))
     sys_us = sum(a["sys_us"] - o["sys_us"] for o, a in zip(before, after))
     info_us = sum(a["info_usec"] - o["info_usec"]
                   for o, a in zip(before, after))
@@ -186,7 +186,7 @@ def figures(res, setup, before, after, broker_us, redirects):
                                 for c, s in zip(cpu, served)],
             "share": [s / total for s in scripts],
             "scripts_per_op": sum(scripts) / ops,
-            "info_per_op": max(beats, 0) / ops,
+            "info_per_op": max(infos, 0) / ops,
             # Of Redis's CPU: the system's (reads, writes, epoll), and
             # the INFO calls in scripts (commandstats' usec).
             "redis_sys_us": sys_us / ops, "script_info_us": info_us / ops,
